@@ -1,0 +1,226 @@
+"""idist: one typed, explicit-context API for distributed PyTorch.
+
+Each module-level function is ``current().<method>(...)`` and nothing more; see
+``idist.current`` for which context that is. DESIGN.md §2 lists the API.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Literal, TypeVar, final, overload
+
+import torch
+
+from . import _backends, _stack
+from ._backends._native import NativeContext
+from ._backends._serial import SerialContext
+from ._context import DistContext, Group
+from ._errors import (
+    AlreadyInitializedError,
+    BackendUnavailableError,
+    CollectiveInputError,
+    ContextClosedError,
+    IdistError,
+    LaunchEnvironmentError,
+    ReduceOverflowError,
+    UnknownBackendError,
+    UnsupportedOpError,
+    UnsupportedValueError,
+)
+from ._stack import current, finalize, use
+from ._types import BackendName, GroupArg, NativeBackend, ReduceOp
+
+__version__ = "0.1.0"
+
+T = TypeVar("T")
+TensorT = TypeVar("TensorT", bound=torch.Tensor)
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = [
+    "AlreadyInitializedError", "BackendUnavailableError", "CollectiveInputError",
+    "ContextClosedError", "DistContext", "Group", "IdistError", "LaunchEnvironmentError",
+    "NativeContext", "ReduceOverflowError", "SerialContext", "UnknownBackendError",
+    "UnsupportedOpError", "UnsupportedValueError",
+    "all_gather", "all_reduce", "available_backends", "backend", "barrier", "broadcast",
+    "context", "current", "device", "finalize", "get_local_rank", "get_nnodes",
+    "get_node_rank", "get_nproc_per_node", "get_rank", "get_world_size",
+    "has_hvd_support", "has_native_dist_support", "has_xla_support", "hostname",
+    "initialize", "model_name", "new_group", "one_rank_first", "one_rank_only", "rank",
+    "show_config", "sync", "use", "world_size",
+]  # fmt: skip
+
+
+# ------------------------------------------------------------------- setup
+@overload
+def initialize(backend: None = None, **kwargs: Any) -> DistContext: ...
+@overload
+def initialize(backend: Literal["serial"], **kwargs: Any) -> SerialContext: ...
+@overload
+def initialize(backend: NativeBackend, **kwargs: Any) -> NativeContext: ...
+def initialize(backend: BackendName | None = None, **kwargs: Any) -> DistContext:
+    """Create the process-wide default context and return it.
+
+    With no backend, the launcher's environment decides (torchrun / idist.spawn, SLURM,
+    OpenMPI, MPICH, horovodrun); with none present it is a ``SerialContext``. Options:
+    ``rank``, ``world_size``, ``init_method``, ``master_addr``, ``master_port``, ``store``,
+    ``timeout`` (seconds). Raises ``UnknownBackendError`` (lists the available ones),
+    ``BackendUnavailableError``, ``LaunchEnvironmentError`` or ``AlreadyInitializedError``.
+    """
+    return _stack.initialize(backend, **kwargs)
+
+
+@overload
+def context(backend: None = None, **kwargs: Any) -> AbstractContextManager[DistContext]: ...
+@overload
+def context(backend: Literal["serial"], **kwargs: Any) -> AbstractContextManager[SerialContext]: ...
+@overload
+def context(backend: NativeBackend, **kwargs: Any) -> AbstractContextManager[NativeContext]: ...
+def context(backend: BackendName | None = None, **kwargs: Any) -> AbstractContextManager[DistContext]:
+    """``with idist.context("gloo") as ctx:`` creates a context, makes it current for the
+    block (in this thread/task only) and finalizes it on exit, also on an exception."""
+    return _stack.scoped(backend, **kwargs)
+
+
+def show_config() -> None:
+    """Log the current context's configuration on the ``idist`` logger."""
+    current().show_config()
+
+
+def available_backends() -> tuple[str, ...]:
+    """Backends that can be selected on this machine."""
+    return tuple(_backends.available())
+
+
+@final
+class _Support:
+    """A support probe that is callable (seed) and truthful as a bool (ignite)."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self._names = names
+
+    def __call__(self) -> bool:
+        for name in self._names:
+            try:
+                if _backends.load(name).is_available(name):
+                    return True
+            except ImportError:
+                continue
+        return False
+
+    def __bool__(self) -> bool:
+        return self()
+
+    def __repr__(self) -> str:
+        return f"<support probe for {'/'.join(self._names)}: {self()}>"
+
+
+has_native_dist_support = _Support(("gloo", "nccl", "mpi"))
+has_hvd_support = _Support(("horovod",))
+has_xla_support = _Support(("xla-tpu",))
+
+
+# ------------------------------------------------------------------ queries
+def get_rank() -> int:
+    return current().rank
+
+
+def get_world_size() -> int:
+    return current().world_size
+
+
+def get_local_rank() -> int:
+    return current().local_rank
+
+
+def get_node_rank() -> int:
+    return current().node_rank
+
+
+def get_nnodes() -> int:
+    return current().nnodes
+
+
+def get_nproc_per_node() -> int:
+    return current().nproc_per_node
+
+
+rank = get_rank
+world_size = get_world_size
+
+
+def device() -> torch.device:
+    return current().device
+
+
+def backend() -> str | None:
+    """The current backend's name; None when serial (as in ignite)."""
+    b = current().backend
+    return None if b == "serial" else b
+
+
+def model_name() -> str:
+    return current().model_name()
+
+
+def hostname() -> str:
+    return socket.gethostname()
+
+
+# -------------------------------------------------------------- collectives
+@overload
+def all_reduce(x: TensorT, op: ReduceOp = "SUM", group: GroupArg = None) -> TensorT: ...
+@overload
+def all_reduce(x: bool, op: ReduceOp = "SUM", group: GroupArg = None) -> bool: ...
+@overload
+def all_reduce(x: int, op: ReduceOp = "SUM", group: GroupArg = None) -> int: ...
+@overload
+def all_reduce(x: float, op: ReduceOp = "SUM", group: GroupArg = None) -> float: ...
+def all_reduce(x: Any, op: ReduceOp = "SUM", group: GroupArg = None) -> Any:
+    """``current().all_reduce(x, op, group)``; see ``DistContext.all_reduce``."""
+    return current().all_reduce(x, op, group)
+
+
+@overload
+def all_gather(x: torch.Tensor, group: GroupArg = None) -> list[torch.Tensor]: ...
+@overload
+def all_gather(x: T, group: GroupArg = None) -> list[T]: ...
+def all_gather(x: Any, group: GroupArg = None) -> list[Any]:
+    """``current().all_gather(x, group)``: one entry per rank, in rank order."""
+    return current().all_gather(x, group)
+
+
+def broadcast(x: T | None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> T:
+    """``current().broadcast(x, src, group)``: every rank returns ``src``'s value."""
+    return current().broadcast(x, src, group, safe_mode=safe_mode)
+
+
+def barrier(group: GroupArg = None) -> None:
+    current().barrier(group)
+
+
+def sync(group: GroupArg = None) -> None:
+    current().sync(group)
+
+
+def new_group(ranks: Sequence[int]) -> Group:
+    return current().new_group(ranks)
+
+
+# -------------------------------------------------------- rank-only helpers
+def one_rank_only(rank: int = 0, with_barrier: bool = True) -> Callable[[F], F]:
+    """Decorator: run on ``rank`` only (others return None), then barrier by default.
+
+    The context is looked up when the function is called, not when it is decorated.
+    """
+    from ._rank_only import one_rank_only as impl
+
+    return impl(None, rank, with_barrier)
+
+
+def one_rank_first(rank: int = 0, local: bool = False) -> AbstractContextManager[None]:
+    """``with idist.one_rank_first():`` rank ``rank`` runs the block before the others."""
+    from ._rank_only import one_rank_first as impl
+
+    return impl(None, rank, local)

@@ -1,0 +1,358 @@
+"""torch.distributed backends (gloo, nccl, mpi): ``NativeContext``.
+
+A context owns its process group and talks to it only through the group object's own
+methods (``pg.allreduce``...), never through torch's module-level default group, so
+several contexts can live in one process (simulated ranks in threads) and a call costs
+no more than the C++ call itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any, Protocol, cast, final
+
+import attrs
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import (
+    AllgatherOptions,
+    AllreduceOptions,
+    BroadcastOptions,
+    PrefixStore,
+    ProcessGroupGloo,
+    Store,
+    TCPStore,
+    Work,
+)
+
+from .._context import DistContext
+from .._errors import (
+    AlreadyInitializedError,
+    BackendUnavailableError,
+    CollectiveInputError,
+    LaunchEnvironmentError,
+)
+from .._launch_env import LaunchInfo, detect
+
+DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
+LOOPBACK = "127.0.0.1"
+
+_TORCH_OPS = {
+    "SUM": dist.ReduceOp.SUM,
+    "PRODUCT": dist.ReduceOp.PRODUCT,
+    "MIN": dist.ReduceOp.MIN,
+    "MAX": dist.ReduceOp.MAX,
+    "AND": dist.ReduceOp.BAND,
+    "OR": dist.ReduceOp.BOR,
+    "AVERAGE": dist.ReduceOp.AVG,
+}
+
+
+class PGLike(Protocol):
+    """The methods idist calls on a torch ProcessGroup or a backend (ProcessGroupGloo...)."""
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: AllreduceOptions, /) -> Work: ...
+    def allgather(
+        self,
+        output_tensors: list[list[torch.Tensor]],
+        input_tensors: list[torch.Tensor],
+        opts: AllgatherOptions = ...,
+        /,
+    ) -> Work: ...
+    def broadcast(self, tensors: list[torch.Tensor], opts: BroadcastOptions, /) -> Work: ...
+    def barrier(self) -> Work: ...
+
+
+def _options(op: str) -> AllreduceOptions:
+    opts = AllreduceOptions()
+    opts.reduceOp = _TORCH_OPS[op]  # type: ignore[assignment]
+    return opts
+
+
+_OPTIONS = {op: _options(op) for op in _TORCH_OPS}
+
+
+@attrs.define(eq=False)
+class NativeComm:
+    """Byte and tensor collectives over one torch ProcessGroup."""
+
+    pg: PGLike
+    ranks: tuple[int, ...]
+    group_rank: int
+    #: where tensors must live for this backend (cuda for nccl), None for anywhere
+    stage: torch.device | None = None
+    slot: int = 64
+
+    def allgather_bytes(self, buf: torch.Tensor) -> torch.Tensor:
+        n = len(self.ranks)
+        if self.stage is not None:
+            buf = buf.to(self.stage)
+        out = torch.empty(n * buf.numel(), dtype=torch.uint8, device=buf.device)
+        self.pg.allgather([list(out.chunk(n))], [buf]).wait()
+        return out.cpu()
+
+    def broadcast_bytes(self, buf: torch.Tensor, src: int) -> None:
+        self.broadcast(buf, src)
+
+    def broadcast(self, t: torch.Tensor, src: int) -> None:
+        opts = BroadcastOptions()
+        opts.rootRank = src
+        self._staged(t, lambda x: self.pg.broadcast([x], opts).wait())
+
+    def allreduce(self, t: torch.Tensor, op: str) -> None:
+        self._staged(t, lambda x: self.pg.allreduce([x], _OPTIONS[op]).wait())
+
+    def _staged(self, t: torch.Tensor, run: Any) -> None:
+        # The input is the result even when the backend needs another device or layout.
+        stage = self.stage
+        if (stage is None or t.device == stage) and t.is_contiguous():
+            run(t)
+            return
+        work = t.to(stage) if stage is not None else t
+        work = work.contiguous()
+        run(work)
+        t.copy_(work)
+
+
+@final
+@attrs.frozen(eq=False, kw_only=True)
+class NativeContext(DistContext):
+    """A torch.distributed process group (gloo, nccl or mpi) and its topology."""
+
+    MODEL_NAME = "native-dist"
+    process_group: PGLike = attrs.field(repr=False)
+    timeout: datetime.timedelta = attrs.field(repr=False, default=DEFAULT_TIMEOUT)
+    _store: Store | None = attrs.field(repr=False, default=None, alias="_store")
+    _world: NativeComm = attrs.field(repr=False, alias="_world")
+    #: True when this context created the default group and must destroy it on close
+    _owns_default: bool = attrs.field(repr=False, default=False, alias="_owns_default")
+
+    def _world_comm(self) -> NativeComm:
+        return self._world
+
+    def _make_comm(self, ranks: tuple[int, ...]) -> NativeComm | None:
+        if self.rank not in ranks:
+            return None
+        if self._store is None or self.backend not in ("gloo", "nccl"):
+            raise CollectiveInputError(
+                f"subgroups on a {self.backend} context without a store are not supported; "
+                "create the group with torch.distributed.new_group and pass it as group="
+            )
+        store = PrefixStore(f"idist/group/{'-'.join(map(str, ranks))}", self._store)
+        grank = ranks.index(self.rank)
+        pg: Any
+        if self.backend == "gloo":
+            pg = ProcessGroupGloo(store, grank, len(ranks), self.timeout)
+        else:
+            pg = dist.ProcessGroupNCCL(store, grank, len(ranks), dist.ProcessGroupNCCL.Options())
+        return NativeComm(pg, ranks, grank, self._world.stage)
+
+    def _native_group_comm(self, group: object) -> NativeComm | None:
+        if not isinstance(group, dist.ProcessGroup):
+            return super()._native_group_comm(group)  # type: ignore[return-value]
+        key = (-1, id(group))
+        comms = self._state.comms
+        if key not in comms:
+            ranks = tuple(dist.get_process_group_ranks(group))
+            comms[key] = (
+                NativeComm(group, ranks, ranks.index(self.rank), self._world.stage)
+                if self.rank in ranks else None
+            )  # fmt: skip
+        return comms[key]  # type: ignore[return-value]
+
+    def _allreduce_tensor(self, t: torch.Tensor, op: str, comm: Any) -> None:
+        if op == "AVERAGE" and self.backend != "nccl":
+            comm.allreduce(t, "SUM")
+            t.div_(len(comm.ranks))
+            return
+        comm.allreduce(t, op)
+
+    def _broadcast_tensor(self, t: torch.Tensor, src: int, comm: Any) -> None:
+        comm.broadcast(t, src)
+
+    def _barrier(self, comm: Any) -> None:
+        if self.backend == "nccl":
+            comm.allreduce(torch.zeros(1, device=self.device), "SUM")
+        else:
+            comm.pg.barrier().wait()
+
+    def _close(self) -> None:
+        self._state.comms.clear()
+        if self._owns_default and dist.is_initialized() and dist.group.WORLD is self.process_group:
+            dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ factories
+def is_available(name: str) -> bool:
+    if not dist.is_available():
+        return False
+    if name == "gloo":
+        return dist.is_gloo_available()
+    if name == "nccl":
+        return dist.is_nccl_available() and torch.cuda.is_available()
+    return dist.is_mpi_available()
+
+
+def _check_available(name: str) -> None:
+    if is_available(name):
+        return
+    if name == "nccl" and not torch.cuda.is_available():
+        raise BackendUnavailableError("backend 'nccl' needs CUDA, and no CUDA device is visible; use 'gloo' on CPU")
+    raise BackendUnavailableError(
+        f"backend {name!r} is not built into this torch ({torch.__version__}); "
+        "use 'gloo', or install a torch build with it"
+    )
+
+
+def _timeout(value: float | datetime.timedelta | None) -> datetime.timedelta:
+    if value is None:
+        return DEFAULT_TIMEOUT
+    if isinstance(value, datetime.timedelta):
+        return value
+    return datetime.timedelta(seconds=float(value))
+
+
+def _device(name: str, local_rank: int) -> torch.device:
+    if name == "nccl":
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def _build(
+    name: str, pg: PGLike, store: Store | None, info: LaunchInfo, timeout: datetime.timedelta,
+    owns_default: bool,
+) -> NativeContext:  # fmt: skip
+    device = _device(name, info.local_rank)
+    stage = device if name == "nccl" else None
+    config = dict(info.decided_by)
+    config["launcher"] = info.launcher
+    ctx = NativeContext(
+        backend=name, rank=info.rank, world_size=info.world_size, local_rank=info.local_rank,
+        nproc_per_node=info.nproc_per_node, node_rank=info.node_rank, nnodes=info.nnodes,
+        device=device, config=config, process_group=pg, timeout=timeout, _store=store,
+        _world=NativeComm(pg, tuple(range(info.world_size)), info.rank, stage),
+        _owns_default=owns_default,
+    )  # fmt: skip
+    if device.type == "cuda":
+        previous = torch.cuda.current_device()
+        torch.cuda.set_device(device)
+        ctx._state.on_close.append(lambda: torch.cuda.set_device(previous))
+    return ctx
+
+
+def _explicit_info(
+    rank: int | None, world_size: int | None, master_addr: str | None, master_port: int | None
+) -> LaunchInfo:
+    if rank is None or world_size is None:
+        raise LaunchEnvironmentError(f"pass both rank= and world_size= (got rank={rank}, world_size={world_size})")
+    if not 0 <= rank < world_size:
+        raise LaunchEnvironmentError(f"rank={rank} is outside 0..{world_size - 1}")
+    decided = {"rank": "argument", "world_size": "argument", "master": f"{master_addr}:{master_port}"}
+    return LaunchInfo("arguments", rank, world_size, rank, world_size, 0, 1, master_addr, master_port, decided)
+
+
+def create(
+    name: str,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    init_method: str | None = None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    store: Store | None = None,
+    timeout: float | datetime.timedelta | None = None,
+    **unknown: Any,
+) -> NativeContext:
+    """Initialize the default torch.distributed group for ``name`` and wrap it.
+
+    Topology comes from the arguments, else from the launcher's environment, else it is
+    a world of one on loopback with a free port. Raises ``BackendUnavailableError``,
+    ``LaunchEnvironmentError`` (partial arguments or environment) or
+    ``AlreadyInitializedError`` (torch.distributed already initialized: use
+    ``idist.current()`` to adopt it instead).
+    """
+    if unknown:
+        raise TypeError(f"unknown options for backend {name!r}: {', '.join(sorted(unknown))}")
+    _check_available(name)
+    if dist.is_initialized():
+        raise AlreadyInitializedError(
+            f"torch.distributed is already initialized ({dist.get_backend()}); idist.current() "
+            "adopts it, or call torch.distributed.destroy_process_group() first"
+        )
+    td = _timeout(timeout)
+    explicit = rank is not None or world_size is not None or store is not None
+    info = _explicit_info(rank, world_size, master_addr, master_port) if explicit else detect(os.environ)
+    if info is None:
+        if init_method is not None:
+            raise LaunchEnvironmentError(f"init_method={init_method!r} needs rank= and world_size=")
+        info = _explicit_info(0, 1, LOOPBACK, None)
+        info = attrs.evolve(info, launcher="none", decided_by={"world": "no launcher found: one process"})
+    if store is None and init_method is None:
+        addr = master_addr or info.master_addr or LOOPBACK
+        port = master_port if master_port is not None else info.master_port
+        if port is None:
+            if info.world_size > 1:
+                raise LaunchEnvironmentError(
+                    f"{info.launcher}: no rendezvous port for {info.world_size} ranks; "
+                    "set MASTER_ADDR and MASTER_PORT (or pass master_addr=/master_port=)"
+                )
+            port = 0  # a free port: one process needs no peers to find it
+        store = TCPStore(addr, port, info.world_size, info.rank == 0, timeout=td)
+    dist.init_process_group(
+        name, init_method=init_method, store=store, rank=info.rank, world_size=info.world_size, timeout=td
+    )
+    try:
+        if store is None:
+            store = dist.distributed_c10d._get_default_store()
+        pg = dist.group.WORLD
+        assert pg is not None
+        return _build(name, pg, store, info, td, owns_default=True)
+    except BaseException:
+        dist.destroy_process_group()
+        raise
+
+
+def adopt() -> NativeContext | None:
+    """Wrap a process group the user initialized with torch directly (never destroyed by us)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    pg = dist.group.WORLD
+    assert pg is not None
+    name = str(dist.get_backend(pg))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        env = detect(os.environ)
+    except LaunchEnvironmentError:
+        env = None
+    if env is None or (env.rank, env.world_size) != (rank, world):
+        env = _explicit_info(rank, world, None, None)
+    env = attrs.evolve(env, launcher=f"adopted torch.distributed ({env.launcher})")
+    try:
+        store: Store | None = dist.distributed_c10d._get_default_store()
+    except (RuntimeError, ValueError):
+        store = None
+    return _build(
+        name if name in ("gloo", "nccl", "mpi") else "gloo", pg, store, env, DEFAULT_TIMEOUT, owns_default=False
+    )
+
+
+def create_in_process(
+    store: Store, rank: int, world_size: int, *, timeout: float | datetime.timedelta | None = None
+) -> NativeContext:
+    """A gloo context over ``store`` that does not touch torch's default group.
+
+    Several of these live in one process, one per thread, for simulated ranks.
+    """
+    if not 0 <= rank < world_size:
+        raise LaunchEnvironmentError(f"rank={rank} is outside 0..{world_size - 1}")
+    td = _timeout(timeout)
+    pg = cast(PGLike, ProcessGroupGloo(PrefixStore("idist/world", store), rank, world_size, td))
+    info = _explicit_info(rank, world_size, None, None)
+    info = attrs.evolve(info, launcher="simulated", decided_by={"world": "in-process store"})
+    return _build("gloo", pg, store, info, td, owns_default=False)
+
+
+def still_adopted(ctx: DistContext) -> bool:
+    """Whether the torch group that ``ctx`` adopted is still torch's default group."""
+    return dist.is_initialized() and dist.group.WORLD is getattr(ctx, "process_group", None)

@@ -1,0 +1,84 @@
+"""The exceptions idist raises.
+
+Every class subclasses the builtin that existing ``except`` clauses already catch::
+
+    IdistError
+    ├── UnknownBackendError          (ValueError)   backend name not known
+    ├── BackendUnavailableError      (ImportError)  backend known, not installed / no device
+    ├── UnsupportedOpError           (ValueError)   reduce op not valid for this backend/dtype
+    ├── CollectiveInputError         (ValueError)   bad src, bad group, mismatched dtypes
+    │   └── UnsupportedValueError    (TypeError)    a value type the codec cannot move
+    ├── ReduceOverflowError          (OverflowError) Python int result outside int64
+    ├── LaunchEnvironmentError       (RuntimeError) partial or contradictory launcher variables
+    ├── AlreadyInitializedError      (RuntimeError) initialize() twice
+    └── ContextClosedError           (RuntimeError) a context used after finalize()/its block
+
+Collective input errors are agreed across ranks: the rank whose input was bad ships its
+message to its peers inside the collective, so every rank raises the same class with the
+same text instead of one rank raising and the others hanging.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AlreadyInitializedError",
+    "BackendUnavailableError",
+    "CollectiveInputError",
+    "ContextClosedError",
+    "IdistError",
+    "LaunchEnvironmentError",
+    "ReduceOverflowError",
+    "UnknownBackendError",
+    "UnsupportedOpError",
+    "UnsupportedValueError",
+]
+
+
+class IdistError(Exception):
+    """Base class of every error raised by idist itself."""
+
+
+class UnknownBackendError(IdistError, ValueError):
+    """The backend name is not one idist knows."""
+
+
+class BackendUnavailableError(IdistError, ImportError):
+    """The backend is known but cannot run here (package missing, no device)."""
+
+
+class UnsupportedOpError(IdistError, ValueError):
+    """The reduce op is unknown, or not valid for this backend or data type."""
+
+
+class CollectiveInputError(IdistError, ValueError):
+    """A collective got input it cannot use on some rank (bad src, group, dtype...)."""
+
+
+class UnsupportedValueError(CollectiveInputError, TypeError):
+    """A value whose type the collective cannot move or reduce."""
+
+
+class ReduceOverflowError(IdistError, OverflowError):
+    """A Python int reduction left the int64 range."""
+
+
+class LaunchEnvironmentError(IdistError, RuntimeError):
+    """Launcher environment variables are partial or contradict each other."""
+
+
+class AlreadyInitializedError(IdistError, RuntimeError):
+    """``initialize()`` was called while a process default context exists."""
+
+
+class ContextClosedError(IdistError, RuntimeError):
+    """A context was used after it was finalized."""
+
+
+# Codes used to ship an error class from one rank to the others (see _codec).
+ERROR_CODES: dict[int, type[IdistError]] = {
+    1: CollectiveInputError,
+    2: UnsupportedValueError,
+    3: ReduceOverflowError,
+    4: UnsupportedOpError,
+}
+CODE_OF: dict[type[IdistError], int] = {cls: code for code, cls in ERROR_CODES.items()}

@@ -1,0 +1,91 @@
+"""Run a function on N real gloo processes on loopback, with a hard timeout.
+
+The test suite's own harness, independent of ``idist.spawn`` so that a launcher bug
+cannot hide a core bug. ``run_ranks(fn, n, *args)`` starts ``n`` spawned processes with
+torchrun-style variables (a free port each time), calls ``fn(rank, *args)`` in each, and
+returns the results in rank order. A rank that raises fails the call with its traceback;
+a run past ``timeout`` kills every process and raises ``TimeoutError`` naming the ranks
+that did not finish.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+
+class RankFailed(AssertionError):
+    def __init__(self, rank: int, tb: str) -> None:
+        super().__init__(f"rank {rank} failed:\n{tb}")
+        self.rank = rank
+        self.tb = tb
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _child(fn: Callable[..., Any], rank: int, env: dict[str, str], args: tuple[Any, ...], q: Any) -> None:
+    os.environ.update(env)
+    try:
+        q.put((rank, True, fn(rank, *args)))
+    except BaseException:
+        q.put((rank, False, traceback.format_exc()))
+
+
+def run_ranks(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout: float = 90.0,
+    env: dict[str, str] | None = None,
+    set_launcher_env: bool = True,
+) -> list[Any]:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = str(free_port())
+    procs = []
+    for rank in range(world_size):
+        e = dict(env or {})
+        if set_launcher_env:
+            e.update(
+                RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+            )  # fmt: skip
+        p = ctx.Process(target=_child, args=(fn, rank, e, args, q), daemon=True)
+        p.start()
+        procs.append(p)
+    results: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(results) < world_size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = sorted(set(range(world_size)) - set(results))
+                raise TimeoutError(f"ranks {missing} did not finish within {timeout}s")
+            try:
+                rank, ok, value = q.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in results]
+                if dead:
+                    raise RankFailed(dead[0], f"process exited with code {procs[dead[0]].exitcode}") from None
+                continue
+            if not ok:
+                raise RankFailed(rank, value)
+            results[rank] = value
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        q.close()
+    return [results[r] for r in range(world_size)]
