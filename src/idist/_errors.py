@@ -11,6 +11,7 @@ Every class subclasses the builtin that existing ``except`` clauses already catc
     ├── ReduceOverflowError          (OverflowError) Python int result outside int64
     ├── LaunchEnvironmentError       (RuntimeError) partial or contradictory launcher variables
     ├── AlreadyInitializedError      (RuntimeError) initialize() twice
+    ├── LaunchError                  (RuntimeError) a spawned rank failed, or a launch could not start
     └── ContextClosedError           (RuntimeError) a context used after finalize()/its block
 
 Collective input errors are agreed across ranks: the rank whose input was bad ships its
@@ -27,6 +28,7 @@ __all__ = [
     "ContextClosedError",
     "IdistError",
     "LaunchEnvironmentError",
+    "LaunchError",
     "ReduceOverflowError",
     "UnknownBackendError",
     "UnsupportedOpError",
@@ -64,6 +66,40 @@ class ReduceOverflowError(IdistError, OverflowError):
 
 class LaunchEnvironmentError(IdistError, RuntimeError):
     """Launcher environment variables are partial or contradict each other."""
+
+
+class LaunchError(IdistError, RuntimeError):
+    """A launch failed: a rank raised, exited non-zero or was killed, or could not start.
+
+    ``rank`` (global), ``local_rank``, ``exitcode`` (negative: the signal number, as in
+    ``multiprocessing``), ``signal_name`` and ``traceback`` (the rank's own, as text) are
+    set when one rank is to blame; they are None when the launch itself failed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rank: int | None = None,
+        local_rank: int | None = None,
+        exitcode: int | None = None,
+        signal_name: str | None = None,
+        traceback: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.local_rank = local_rank
+        self.exitcode = exitcode
+        self.signal_name = signal_name
+        self.traceback = traceback
+
+    def __reduce__(self) -> tuple[object, ...]:
+        kw = {k: getattr(self, k) for k in ("rank", "local_rank", "exitcode", "signal_name", "traceback")}
+        return (_rebuild_launch_error, (str(self), kw))
+
+
+def _rebuild_launch_error(message: str, kw: dict[str, object]) -> LaunchError:
+    return LaunchError(message, **kw)  # type: ignore[arg-type]
 
 
 class AlreadyInitializedError(IdistError, RuntimeError):

@@ -149,7 +149,8 @@ def _mpi(env: Mapping[str, str], launcher: str, names: dict[str, str], job: str 
         port = 20000 + zlib.crc32(env[job].encode()) % 20000
     else:
         port = None
-    decided = {k: f"{v}={env[v]}" for k, v in names.items() if v in env}
+    fields = {"rank": "rank", "size": "world_size", "local_rank": "local_rank", "local_size": "nproc_per_node"}
+    decided = {fields[k]: f"{v}={env[v]}" for k, v in names.items() if v in env}
     decided["master"] = (
         f"MASTER_ADDR/MASTER_PORT={addr}:{port}" if "MASTER_PORT" in env
         else f"single node: {addr}, port from {job}" if port is not None

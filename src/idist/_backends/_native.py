@@ -72,6 +72,10 @@ def _options(op: str) -> AllreduceOptions:
 
 _OPTIONS = {op: _options(op) for op in _TORCH_OPS}
 
+#: ids of the default groups that an idist context created: those are never "adopted"
+#: by another thread's current(), which must not see a context scoped elsewhere.
+_CREATED: set[int] = set()
+
 
 @attrs.define(eq=False)
 class NativeComm:
@@ -307,7 +311,10 @@ def create(
             store = dist.distributed_c10d._get_default_store()
         pg = dist.group.WORLD
         assert pg is not None
-        return _build(name, pg, store, info, td, owns_default=True)
+        ctx = _build(name, pg, store, info, td, owns_default=True)
+        _CREATED.add(id(pg))
+        ctx._state.on_close.append(lambda: _CREATED.discard(id(pg)))
+        return ctx
     except BaseException:
         dist.destroy_process_group()
         raise
@@ -318,7 +325,8 @@ def adopt() -> NativeContext | None:
     if not (dist.is_available() and dist.is_initialized()):
         return None
     pg = dist.group.WORLD
-    assert pg is not None
+    if pg is None or id(pg) in _CREATED:
+        return None
     name = str(dist.get_backend(pg))
     rank, world = dist.get_rank(), dist.get_world_size()
     try:
@@ -347,7 +355,10 @@ def create_in_process(
     if not 0 <= rank < world_size:
         raise LaunchEnvironmentError(f"rank={rank} is outside 0..{world_size - 1}")
     td = _timeout(timeout)
-    pg = cast(PGLike, ProcessGroupGloo(PrefixStore("idist/world", store), rank, world_size, td))
+    opts = ProcessGroupGloo._Options()  # type: ignore[attr-defined]
+    opts._timeout = td
+    opts._devices = [ProcessGroupGloo.create_device(hostname=LOOPBACK)]  # in-process: loopback only
+    pg = cast(PGLike, ProcessGroupGloo(PrefixStore("idist/world", store), rank, world_size, opts))
     info = _explicit_info(rank, world_size, None, None)
     info = attrs.evolve(info, launcher="simulated", decided_by={"world": "in-process store"})
     return _build("gloo", pg, store, info, td, owns_default=False)

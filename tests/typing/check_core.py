@@ -1,0 +1,61 @@
+"""Type tests for the core API: checked by mypy (strict, warn_unused_ignores), never executed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import assert_type
+
+import torch
+
+import idist
+from idist import DistContext, NativeContext, SerialContext
+
+
+def static_backend_selection() -> None:
+    assert_type(idist.initialize(), DistContext)
+    assert_type(idist.initialize(None), DistContext)
+    assert_type(idist.initialize("gloo"), NativeContext)
+    assert_type(idist.initialize("nccl"), NativeContext)
+    assert_type(idist.initialize("mpi"), NativeContext)
+    assert_type(idist.initialize("serial"), SerialContext)
+    idist.initialize("glo")  # type: ignore[call-overload]
+    with idist.context("gloo") as ctx:
+        assert_type(ctx, NativeContext)
+    with idist.context() as any_ctx:
+        assert_type(any_ctx, DistContext)
+
+
+def collectives_are_overloaded_on_the_value(ctx: NativeContext, t: torch.Tensor) -> None:
+    assert_type(ctx.all_reduce(t), torch.Tensor)
+    assert_type(ctx.all_reduce(1.5), float)
+    assert_type(ctx.all_reduce(3), int)
+    assert_type(ctx.all_reduce(True, "OR"), bool)
+    assert_type(ctx.all_gather(t), list[torch.Tensor])
+    assert_type(ctx.all_gather("s"), list[str])
+    assert_type(ctx.all_gather(b"b"), list[bytes])
+    assert_type(ctx.all_gather(Path("p")), list[Path])
+    assert_type(ctx.all_gather({"k": 1}), list[dict[str, int]])
+    maybe: float | None = 1.0 if ctx.rank == 0 else None
+    assert_type(ctx.broadcast(maybe), float)
+    assert_type(ctx.broadcast(t, src=1), torch.Tensor)
+    ctx.all_reduce(t, "MEAN")  # type: ignore[call-overload]
+    ctx.all_reduce(t, "ADASUM")  # type: ignore[call-overload]
+    ctx.all_reduce("text")  # type: ignore[call-overload]
+
+
+def module_functions_match(t: torch.Tensor) -> None:
+    assert_type(idist.all_reduce(t), torch.Tensor)
+    assert_type(idist.all_reduce(2), int)
+    assert_type(idist.all_reduce(2.0, "AVERAGE"), float)
+    assert_type(idist.all_gather(t), list[torch.Tensor])
+    assert_type(idist.all_gather(1), list[int])
+    assert_type(idist.get_rank(), int)
+    assert_type(idist.rank(), int)
+    assert_type(idist.device(), torch.device)
+    assert_type(idist.has_xla_support(), bool)
+    assert_type(idist.current(), DistContext)
+    idist.all_reduce(t, op="sum")  # type: ignore[call-overload]
+
+
+def contexts_are_immutable(ctx: NativeContext) -> None:
+    ctx.rank = 3  # type: ignore[misc]
