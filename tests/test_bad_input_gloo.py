@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 import torch
-from multiproc import run_ranks
 
 import idist
+from multiproc import run_ranks
 
 
 def _catch(fn: Callable[[], object]) -> tuple[str, str]:

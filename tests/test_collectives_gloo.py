@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import torch
-from multiproc import run_ranks
 
 import idist
+from multiproc import run_ranks
 
 
 def _rows(rank: int) -> dict[str, Any]:

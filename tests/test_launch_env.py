@@ -32,7 +32,7 @@ def test_partial_torchrun_names_the_missing_variables() -> None:
 
 def test_rank_outside_world_is_an_error() -> None:
     env = {"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
-    with pytest.raises(LaunchEnvironmentError, match="rank 2 is outside 0..1"):
+    with pytest.raises(LaunchEnvironmentError, match=r"rank 2 is outside 0\.\.1"):
         detect(env)
 
 

@@ -12,11 +12,16 @@ try:
     print(
         json.dumps(
             {
-                "type": type(ctx).__name__, "backend": ctx.backend, "rank": ctx.rank,
-                "world_size": ctx.world_size, "local_rank": ctx.local_rank,
-                "nproc_per_node": ctx.nproc_per_node, "launcher": ctx.config.get("launcher"),
-                "gathered": got, "sum": ctx.all_reduce(ctx.rank + 1),
-            }  # fmt: skip
+                "type": type(ctx).__name__,
+                "backend": ctx.backend,
+                "rank": ctx.rank,
+                "world_size": ctx.world_size,
+                "local_rank": ctx.local_rank,
+                "nproc_per_node": ctx.nproc_per_node,
+                "launcher": ctx.config.get("launcher"),
+                "gathered": got,
+                "sum": ctx.all_reduce(ctx.rank + 1),
+            }
         ),
         flush=True,
     )

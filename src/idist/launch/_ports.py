@@ -50,9 +50,7 @@ class PortReservation:
     def __enter__(self) -> PortReservation:
         return self
 
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
     def __repr__(self) -> str:
