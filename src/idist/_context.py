@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
 import attrs
@@ -22,14 +22,21 @@ from ._errors import (
     ContextClosedError,
     IdistError,
 )
+from ._guard import Guard, fingerprint
 from ._reduce import check_op_name, check_tensor_op, check_value_op, fold_values
 from ._types import COMMON_OPS, GroupArg, ReduceOp
 
 if TYPE_CHECKING:
+    from torch import nn
+    from torch.optim import Optimizer
+    from torch.utils.data import DataLoader, Dataset
+
     from ._exchange import Comm
+    from .training import AutoDataLoader
 
 T = TypeVar("T")
 TensorT = TypeVar("TensorT", bound=torch.Tensor)
+OptimizerT = TypeVar("OptimizerT", bound="Optimizer")
 F = TypeVar("F", bound=Callable[..., Any])
 
 logger = logging.getLogger("idist")
@@ -52,6 +59,8 @@ class _State:
     """The only mutable part of a context: lifecycle and per-group caches."""
 
     closed: bool = False
+    #: checked collectives, stall reports, section timeouts (None where unsupported)
+    guard: Guard | None = None
     comms: dict[tuple[int, ...], Comm | None] = attrs.Factory(dict)
     on_close: list[Callable[[], None]] = attrs.Factory(list)
 
@@ -227,6 +236,7 @@ class DistContext:
         comm = self._comm(group)
         if comm is None:
             return x
+        self._checkpoint(comm, "all_reduce", name, _describe(x, shape=True))
         if isinstance(x, torch.Tensor):
             check_tensor_op(name, x.dtype)
             self._allreduce_tensor(x, name, comm)
@@ -253,6 +263,7 @@ class DistContext:
         comm = self._comm(group)
         if comm is None:
             return [x]
+        self._checkpoint(comm, "all_gather", data=_describe(x, shape=False))
         try:
             frame = _codec.encode(x)
         except IdistError as exc:
@@ -294,6 +305,7 @@ class DistContext:
             raise CollectiveInputError(
                 f"broadcast src {src} is not in the group {list(comm.ranks)}; pass a member rank"
             )
+        self._checkpoint(comm, "broadcast", src=str(src))
         gsrc = comm.ranks.index(src)
         me = comm.group_rank == gsrc
         frame = self._broadcast_frame(x) if me else None
@@ -330,6 +342,7 @@ class DistContext:
         """Return only when every rank of the group has arrived."""
         comm = self._comm(group)
         if comm is not None:
+            self._checkpoint(comm, "barrier")
             self._barrier(comm)
 
     def sync(self, group: GroupArg = None) -> None:
@@ -337,6 +350,35 @@ class DistContext:
         self._check_open()
         self._sync_device()
         self.barrier(group)
+
+    def _checkpoint(self, comm: Comm, call: str, op: str = "", data: str = "", src: str = "") -> None:
+        guard = self._state.guard
+        if guard is not None and guard.checked:
+            guard.check(comm, fingerprint(call, op, data, src, comm.ranks))  # type: ignore[arg-type]
+
+    @property
+    def checked(self) -> bool:
+        """Whether collectives are fingerprinted and compared across ranks first."""
+        guard = self._state.guard
+        return guard is not None and guard.checked
+
+    def timeout(self, seconds: float) -> AbstractContextManager[None]:
+        """``with ctx.timeout(s):`` bounds each collective in the block to ``s`` seconds.
+
+        The process group's own timeout is unchanged. A collective that runs past it raises
+        ``CollectiveTimeoutError`` naming the ranks that did not arrive; the group is then
+        broken and must be finalized. Serial contexts never wait, so it has no effect there.
+        """
+        guard = self._state.guard
+        if guard is None:
+            if not seconds > 0:
+                raise ValueError(f"timeout must be a positive number of seconds, got {seconds!r}")
+            return nullcontext()
+        return guard.section(seconds)
+
+    def any_rank_failed(self, failed: bool, group: GroupArg = None) -> bool:
+        """True on every rank when ``failed`` is true on any rank: consensus for user code."""
+        return self.all_reduce(bool(failed), "OR", group)
 
     # -------------------------------------------------------- rank-only helpers
     def one_rank_only(self, rank: int = 0, with_barrier: bool = True) -> Callable[[F], F]:
@@ -350,3 +392,56 @@ class DistContext:
         from ._rank_only import one_rank_first
 
         return one_rank_first(self, rank, local)
+
+    # --------------------------------------------------------- training helpers
+    def auto_model(self, model: nn.Module, sync_bn: bool = False, **kwargs: Any) -> nn.Module:
+        """The model on this context's device, wrapped for this backend (DDP when distributed).
+
+        Never wraps a DDP/DataParallel model twice. ``kwargs`` go to the wrapper; on CUDA
+        ``device_ids`` comes from the context (passing it raises ``TrainingSetupError``).
+        ``sync_bn`` converts BatchNorm to SyncBatchNorm (GPU only). See ``idist.training``.
+        """
+        from .training._model import auto_model
+
+        return auto_model(self, model, sync_bn, **kwargs)
+
+    def auto_optim(self, optimizer: OptimizerT, **kwargs: Any) -> OptimizerT:
+        """The optimizer adapted for this backend (unchanged on serial and torch.distributed)."""
+        from .training._optim import auto_optim
+
+        return auto_optim(self, optimizer, **kwargs)
+
+    def auto_dataloader(self, data: Dataset[T] | DataLoader[T], **kwargs: Any) -> AutoDataLoader[T]:
+        """A loader giving this rank its share: ``batch_size`` is the global batch.
+
+        Takes a Dataset (plus DataLoader keyword arguments) or a DataLoader (its settings,
+        overridden by ``kwargs``). Also ``per_rank_batch_size=``, ``seed=``,
+        ``shard_iterable=``, ``even_batches=``. See ``idist.training._dataloader``.
+        """
+        from .training._dataloader import auto_dataloader
+
+        return auto_dataloader(self, data, **kwargs)
+
+    # Training hooks: what a backend overrides; the shared logic calls them.
+    def _wrap_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
+        from .training._model import wrap_single_process
+
+        return wrap_single_process(self, model, sync_bn, kwargs)
+
+    def _wrap_optimizer(self, optimizer: OptimizerT, kwargs: dict[str, Any]) -> OptimizerT:
+        from .training._optim import keep_optimizer
+
+        return keep_optimizer(self, optimizer, kwargs)
+
+    def _loader_pin_memory(self, requested: bool | None) -> bool:
+        return self.device.type == "cuda" if requested is None else bool(requested)
+
+    def _adapt_loader(self, loader: AutoDataLoader[T]) -> AutoDataLoader[T]:
+        return loader
+
+
+def _describe(x: object, *, shape: bool) -> str:
+    """What a checked collective compares about a value (shape only where it must match)."""
+    if isinstance(x, torch.Tensor):
+        return f"tensor {x.dtype} {tuple(x.shape)}" if shape else f"tensor {x.dtype}"
+    return type(x).__name__ if shape else "value"

@@ -12,7 +12,13 @@ Every class subclasses the builtin that existing ``except`` clauses already catc
     ├── LaunchEnvironmentError       (RuntimeError) partial or contradictory launcher variables
     ├── AlreadyInitializedError      (RuntimeError) initialize() twice
     ├── LaunchError                  (RuntimeError) a spawned rank failed, or a launch could not start
-    └── ContextClosedError           (RuntimeError) a context used after finalize()/its block
+    │   └── LaunchConfigError        (ValueError)   spawn / Parallel / CLI arguments that cannot work
+    ├── ContextClosedError           (RuntimeError) a context used after finalize()/its block
+    ├── CollectiveTimeoutError       (TimeoutError) a collective did not complete in time (names the missing ranks)
+    ├── PeerLostError                (ConnectionError) a peer died or closed its connection mid-collective
+    ├── LeaderFailedError            (RuntimeError) the leader of one_rank_first / one_rank_only raised
+    └── TrainingSetupError           (ValueError)   auto_model / auto_optim / auto_dataloader options that cannot work
+    (CollectiveMismatchError, a CollectiveInputError: ranks called different collectives, checked mode)
 
 Collective input errors are agreed across ranks: the rank whose input was bad ships its
 message to its peers inside the collective, so every rank raises the same class with the
@@ -25,11 +31,17 @@ __all__ = [
     "AlreadyInitializedError",
     "BackendUnavailableError",
     "CollectiveInputError",
+    "CollectiveMismatchError",
+    "CollectiveTimeoutError",
     "ContextClosedError",
+    "LeaderFailedError",
+    "PeerLostError",
     "IdistError",
     "LaunchEnvironmentError",
+    "LaunchConfigError",
     "LaunchError",
     "ReduceOverflowError",
+    "TrainingSetupError",
     "UnknownBackendError",
     "UnsupportedOpError",
     "UnsupportedValueError",
@@ -95,11 +107,15 @@ class LaunchError(IdistError, RuntimeError):
 
     def __reduce__(self) -> tuple[object, ...]:
         kw = {k: getattr(self, k) for k in ("rank", "local_rank", "exitcode", "signal_name", "traceback")}
-        return (_rebuild_launch_error, (str(self), kw))
+        return (_rebuild_launch_error, (type(self), str(self), kw))
 
 
-def _rebuild_launch_error(message: str, kw: dict[str, object]) -> LaunchError:
-    return LaunchError(message, **kw)  # type: ignore[arg-type]
+class LaunchConfigError(LaunchError, ValueError):
+    """Launch arguments that cannot work (nprocs < 1, node_rank outside nnodes...)."""
+
+
+def _rebuild_launch_error(cls: type[LaunchError], message: str, kw: dict[str, object]) -> LaunchError:
+    return cls(message, **kw)  # type: ignore[arg-type]
 
 
 class AlreadyInitializedError(IdistError, RuntimeError):
@@ -108,6 +124,26 @@ class AlreadyInitializedError(IdistError, RuntimeError):
 
 class ContextClosedError(IdistError, RuntimeError):
     """A context was used after it was finalized."""
+
+
+class CollectiveMismatchError(CollectiveInputError):
+    """Ranks called different collectives (checked mode): the message has a per-rank table."""
+
+
+class CollectiveTimeoutError(IdistError, TimeoutError):
+    """A collective did not complete within its timeout; names the ranks that did not arrive."""
+
+
+class PeerLostError(IdistError, ConnectionError):
+    """A peer died or closed its connection in the middle of a collective."""
+
+
+class LeaderFailedError(IdistError, RuntimeError):
+    """The leading rank of ``one_rank_first`` / ``one_rank_only`` raised; followers get this."""
+
+
+class TrainingSetupError(IdistError, ValueError):
+    """``auto_model`` / ``auto_optim`` / ``auto_dataloader`` got options that cannot work."""
 
 
 # Codes used to ship an error class from one rank to the others (see _codec).

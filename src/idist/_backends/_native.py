@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
 from typing import Any, Protocol, cast, final
 
 import attrs
@@ -18,6 +19,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import (
     AllgatherOptions,
     AllreduceOptions,
+    BarrierOptions,
     BroadcastOptions,
     PrefixStore,
     ProcessGroupGloo,
@@ -33,6 +35,7 @@ from .._errors import (
     CollectiveInputError,
     LaunchEnvironmentError,
 )
+from .._guard import Guard, checked_from_env
 from .._launch_env import LaunchInfo, detect
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
@@ -61,12 +64,14 @@ class PGLike(Protocol):
         /,
     ) -> Work: ...
     def broadcast(self, tensors: list[torch.Tensor], opts: BroadcastOptions, /) -> Work: ...
-    def barrier(self) -> Work: ...
+    def barrier(self, opts: BarrierOptions = ..., /) -> Work: ...
 
 
-def _options(op: str) -> AllreduceOptions:
+def _options(op: str, timeout: datetime.timedelta | None = None) -> AllreduceOptions:
     opts = AllreduceOptions()
     opts.reduceOp = _TORCH_OPS[op]  # type: ignore[assignment]
+    if timeout is not None:
+        opts.timeout = timeout
     return opts
 
 
@@ -87,13 +92,36 @@ class NativeComm:
     #: where tensors must live for this backend (cuda for nccl), None for anywhere
     stage: torch.device | None = None
     slot: int = 64
+    #: failure reports, checked mode and section timeouts (None: adopted without a store)
+    guard: Guard | None = None
+    #: this group's namespace in the store, and its collective counters (see _guard)
+    key: str = "world"
+    seq: int = 0
+    check_seq: int = 0
+
+    def _wait(self, work: Callable[[], Work], what: str) -> None:
+        self.seq += 1
+        try:
+            work().wait()
+        except RuntimeError as exc:
+            if self.guard is None:
+                raise
+            raise self.guard.failure(self, exc, what) from exc
+
+    def _timeout(self) -> datetime.timedelta | None:
+        guard = self.guard
+        return guard.sections[-1] if guard is not None and guard.sections else None
 
     def allgather_bytes(self, buf: torch.Tensor) -> torch.Tensor:
         n = len(self.ranks)
         if self.stage is not None:
             buf = buf.to(self.stage)
         out = torch.empty(n * buf.numel(), dtype=torch.uint8, device=buf.device)
-        self.pg.allgather([list(out.chunk(n))], [buf]).wait()
+        opts = AllgatherOptions()
+        timeout = self._timeout()
+        if timeout is not None:
+            opts.timeout = timeout
+        self._wait(lambda: self.pg.allgather([list(out.chunk(n))], [buf], opts), "all_gather")
         return out.cpu()
 
     def broadcast_bytes(self, buf: torch.Tensor, src: int) -> None:
@@ -102,12 +130,24 @@ class NativeComm:
     def broadcast(self, t: torch.Tensor, src: int) -> None:
         opts = BroadcastOptions()
         opts.rootRank = src
-        self._staged(t, lambda x: self.pg.broadcast([x], opts).wait())
+        timeout = self._timeout()
+        if timeout is not None:
+            opts.timeout = timeout
+        self._staged(t, lambda x: self._wait(lambda: self.pg.broadcast([x], opts), "broadcast"))
 
     def allreduce(self, t: torch.Tensor, op: str) -> None:
-        self._staged(t, lambda x: self.pg.allreduce([x], _OPTIONS[op]).wait())
+        timeout = self._timeout()
+        opts = _OPTIONS[op] if timeout is None else _options(op, timeout)
+        self._staged(t, lambda x: self._wait(lambda: self.pg.allreduce([x], opts), "all_reduce"))
 
-    def _staged(self, t: torch.Tensor, run: Any) -> None:
+    def barrier(self) -> None:
+        opts = BarrierOptions()
+        timeout = self._timeout()
+        if timeout is not None:
+            opts.timeout = timeout
+        self._wait(lambda: self.pg.barrier(opts), "barrier")
+
+    def _staged(self, t: torch.Tensor, run: Callable[[torch.Tensor], None]) -> None:
         # The input is the result even when the backend needs another device or layout.
         stage = self.stage
         if (stage is None or t.device == stage) and t.is_contiguous():
@@ -126,7 +166,8 @@ class NativeContext(DistContext):
 
     MODEL_NAME = "native-dist"
     process_group: PGLike = attrs.field(repr=False)
-    timeout: datetime.timedelta = attrs.field(repr=False, default=DEFAULT_TIMEOUT)
+    #: the process group's own timeout (``ctx.timeout(s)`` bounds a section without changing it)
+    pg_timeout: datetime.timedelta = attrs.field(repr=False, default=DEFAULT_TIMEOUT)
     _store: Store | None = attrs.field(repr=False, default=None, alias="_store")
     _world: NativeComm = attrs.field(repr=False, alias="_world")
     #: True when this context created the default group and must destroy it on close
@@ -147,10 +188,11 @@ class NativeContext(DistContext):
         grank = ranks.index(self.rank)
         pg: Any
         if self.backend == "gloo":
-            pg = ProcessGroupGloo(store, grank, len(ranks), self.timeout)
+            pg = ProcessGroupGloo(store, grank, len(ranks), self.pg_timeout)
         else:
             pg = dist.ProcessGroupNCCL(store, grank, len(ranks), dist.ProcessGroupNCCL.Options())
-        return NativeComm(pg, ranks, grank, self._world.stage)
+        key = "g" + "-".join(map(str, ranks))
+        return NativeComm(pg, ranks, grank, self._world.stage, guard=self._world.guard, key=key)
 
     def _native_group_comm(self, group: object) -> NativeComm | None:
         if not isinstance(group, dist.ProcessGroup):
@@ -160,7 +202,8 @@ class NativeContext(DistContext):
         if key not in comms:
             ranks = tuple(dist.get_process_group_ranks(group))
             comms[key] = (
-                NativeComm(group, ranks, ranks.index(self.rank), self._world.stage)
+                NativeComm(group, ranks, ranks.index(self.rank), self._world.stage, guard=self._world.guard,
+                           key=f"n{id(group)}")
                 if self.rank in ranks else None
             )  # fmt: skip
         return comms[key]  # type: ignore[return-value]
@@ -179,7 +222,12 @@ class NativeContext(DistContext):
         if self.backend == "nccl":
             comm.allreduce(torch.zeros(1, device=self.device), "SUM")
         else:
-            comm.pg.barrier().wait()
+            comm.barrier()
+
+    def _wrap_model(self, model: torch.nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> torch.nn.Module:
+        from ..training._model import wrap_ddp
+
+        return wrap_ddp(self, model, sync_bn, kwargs)
 
     def _close(self) -> None:
         self._state.comms.clear()
@@ -225,19 +273,25 @@ def _device(name: str, local_rank: int) -> torch.device:
 
 def _build(
     name: str, pg: PGLike, store: Store | None, info: LaunchInfo, timeout: datetime.timedelta,
-    owns_default: bool,
+    owns_default: bool, checked: bool | None = None,
 ) -> NativeContext:  # fmt: skip
     device = _device(name, info.local_rank)
     stage = device if name == "nccl" else None
+    guard = Guard(
+        PrefixStore("idist/guard", store) if store is not None else None,
+        timeout,
+        checked=checked_from_env() if checked is None else checked,
+    )
     config = dict(info.decided_by)
     config["launcher"] = info.launcher
     ctx = NativeContext(
         backend=name, rank=info.rank, world_size=info.world_size, local_rank=info.local_rank,
         nproc_per_node=info.nproc_per_node, node_rank=info.node_rank, nnodes=info.nnodes,
-        device=device, config=config, process_group=pg, timeout=timeout, _store=store,
-        _world=NativeComm(pg, tuple(range(info.world_size)), info.rank, stage),
+        device=device, config=config, process_group=pg, pg_timeout=timeout, _store=store,
+        _world=NativeComm(pg, tuple(range(info.world_size)), info.rank, stage, guard=guard),
         _owns_default=owns_default,
     )  # fmt: skip
+    ctx._state.guard = guard
     if device.type == "cuda":
         previous = torch.cuda.current_device()
         torch.cuda.set_device(device)
@@ -266,6 +320,7 @@ def create(
     master_port: int | None = None,
     store: Store | None = None,
     timeout: float | datetime.timedelta | None = None,
+    checked: bool | None = None,
     **unknown: Any,
 ) -> NativeContext:
     """Initialize the default torch.distributed group for ``name`` and wrap it.
@@ -311,7 +366,7 @@ def create(
             store = dist.distributed_c10d._get_default_store()
         pg = dist.group.WORLD
         assert pg is not None
-        ctx = _build(name, pg, store, info, td, owns_default=True)
+        ctx = _build(name, pg, store, info, td, owns_default=True, checked=checked)
         _CREATED.add(id(pg))
         ctx._state.on_close.append(lambda: _CREATED.discard(id(pg)))
         return ctx
@@ -346,7 +401,12 @@ def adopt() -> NativeContext | None:
 
 
 def create_in_process(
-    store: Store, rank: int, world_size: int, *, timeout: float | datetime.timedelta | None = None
+    store: Store,
+    rank: int,
+    world_size: int,
+    *,
+    timeout: float | datetime.timedelta | None = None,
+    checked: bool | None = None,
 ) -> NativeContext:
     """A gloo context over ``store`` that does not touch torch's default group.
 
@@ -361,7 +421,7 @@ def create_in_process(
     pg = cast(PGLike, ProcessGroupGloo(PrefixStore("idist/world", store), rank, world_size, opts))
     info = _explicit_info(rank, world_size, None, None)
     info = attrs.evolve(info, launcher="simulated", decided_by={"world": "in-process store"})
-    return _build("gloo", pg, store, info, td, owns_default=False)
+    return _build("gloo", pg, store, info, td, owns_default=False, checked=checked)
 
 
 def still_adopted(ctx: DistContext) -> bool:
