@@ -14,6 +14,7 @@ from typing import Any, Literal, TypeVar, final, overload
 import torch
 
 from . import _backends, _stack
+from ._backends._horovod import HorovodContext
 from ._backends._native import NativeContext
 from ._backends._serial import SerialContext
 from ._context import DistContext, Group
@@ -25,22 +26,26 @@ from ._errors import (
     IdistError,
     LaunchEnvironmentError,
     ReduceOverflowError,
+    TrainingSetupError,
     UnknownBackendError,
     UnsupportedOpError,
     UnsupportedValueError,
 )
 from ._stack import current, finalize, use
-from ._types import BackendName, GroupArg, NativeBackend, ReduceOp
+from ._types import BackendName, GroupArg, HorovodBackend, NativeBackend, ReduceOp
+from .launch import LaunchConfigError, LaunchError, Parallel, SpawnHandle, spawn
+from .training import AutoDataLoader
 
 __version__ = "0.1.0"
 
 T = TypeVar("T")
 TensorT = TypeVar("TensorT", bound=torch.Tensor)
 F = TypeVar("F", bound=Callable[..., Any])
+OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 __all__ = [
     "AlreadyInitializedError", "BackendUnavailableError", "CollectiveInputError",
-    "ContextClosedError", "DistContext", "Group", "IdistError", "LaunchEnvironmentError",
+    "ContextClosedError", "DistContext", "Group", "HorovodContext", "IdistError", "LaunchEnvironmentError",
     "NativeContext", "ReduceOverflowError", "SerialContext", "UnknownBackendError",
     "UnsupportedOpError", "UnsupportedValueError",
     "all_gather", "all_reduce", "available_backends", "backend", "barrier", "broadcast",
@@ -49,6 +54,8 @@ __all__ = [
     "has_hvd_support", "has_native_dist_support", "has_xla_support", "hostname",
     "initialize", "model_name", "new_group", "one_rank_first", "one_rank_only", "rank",
     "show_config", "sync", "use", "world_size",
+    "LaunchConfigError", "LaunchError", "Parallel", "SpawnHandle", "spawn",
+    "AutoDataLoader", "TrainingSetupError", "auto_dataloader", "auto_model", "auto_optim",
 ]  # fmt: skip
 
 
@@ -59,6 +66,8 @@ def initialize(backend: None = None, **kwargs: Any) -> DistContext: ...
 def initialize(backend: Literal["serial"], **kwargs: Any) -> SerialContext: ...
 @overload
 def initialize(backend: NativeBackend, **kwargs: Any) -> NativeContext: ...
+@overload
+def initialize(backend: HorovodBackend, **kwargs: Any) -> HorovodContext: ...
 def initialize(backend: BackendName | None = None, **kwargs: Any) -> DistContext:
     """Create the process-wide default context and return it.
 
@@ -77,6 +86,8 @@ def context(backend: None = None, **kwargs: Any) -> AbstractContextManager[DistC
 def context(backend: Literal["serial"], **kwargs: Any) -> AbstractContextManager[SerialContext]: ...
 @overload
 def context(backend: NativeBackend, **kwargs: Any) -> AbstractContextManager[NativeContext]: ...
+@overload
+def context(backend: HorovodBackend, **kwargs: Any) -> AbstractContextManager[HorovodContext]: ...
 def context(backend: BackendName | None = None, **kwargs: Any) -> AbstractContextManager[DistContext]:
     """``with idist.context("gloo") as ctx:`` creates a context, makes it current for the
     block (in this thread/task only) and finalizes it on exit, also on an exception."""
@@ -224,3 +235,21 @@ def one_rank_first(rank: int = 0, local: bool = False) -> AbstractContextManager
     from ._rank_only import one_rank_first as impl
 
     return impl(None, rank, local)
+
+
+# --------------------------------------------------------- training helpers
+def auto_model(model: torch.nn.Module, sync_bn: bool = False, **kwargs: Any) -> torch.nn.Module:
+    """``current().auto_model(model, sync_bn, **kwargs)``: on the device, DDP when distributed."""
+    return current().auto_model(model, sync_bn, **kwargs)
+
+
+def auto_optim(optimizer: OptimizerT, **kwargs: Any) -> OptimizerT:
+    """``current().auto_optim(optimizer, **kwargs)``: unchanged on serial and torch.distributed."""
+    return current().auto_optim(optimizer, **kwargs)
+
+
+def auto_dataloader(
+    data: torch.utils.data.Dataset[T] | torch.utils.data.DataLoader[T], **kwargs: Any
+) -> AutoDataLoader[T]:
+    """``current().auto_dataloader(data, **kwargs)``: this rank's share; ``batch_size`` is global."""
+    return current().auto_dataloader(data, **kwargs)

@@ -1,0 +1,3 @@
+from _typeshed import Incomplete
+
+def __getattr__(name: str) -> Incomplete: ...
