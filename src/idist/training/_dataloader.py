@@ -1,0 +1,305 @@
+"""``auto_dataloader``: one loader definition, the same global batches on any world size.
+
+The shared logic lives here once; a backend context only answers two hooks
+(``_loader_pin_memory``, ``_adapt_loader``). What it does, in order:
+
+- takes a ``Dataset`` (ignite) or a ``DataLoader`` (the seed: its settings are read back,
+  keyword arguments override them);
+- ``batch_size`` is the **global** batch (as in ignite): each rank loads
+  ``batch_size // world_size`` and a warning names the effective global batch when that
+  does not divide; ``per_rank_batch_size=`` says the per-rank size directly;
+- samples through ``ShardSampler`` when there is no sampler (also serially, so one process
+  with batch B and N ranks with B/N draw the same global batches), keeps a user's
+  ``DistributedSampler`` (warns when its rank or replicas disagree), wraps any other
+  sampler in ``ProxySampler`` (a private seed, the global RNGs untouched);
+- shards an ``IterableDataset`` by rank and worker with ``shard_iterable=True``, else logs
+  that each rank must produce its own data;
+- scales ``num_workers`` (a per-node total) by the processes per node, sets ``pin_memory``
+  on CUDA, gives the DataLoader a private generator for its worker seeds (torch draws one
+  from the global RNG on every pass otherwise);
+- returns an ``AutoDataLoader``, whose sampler's epoch advances on every new pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterator, Sized
+from itertools import islice
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+    default_collate,
+    default_convert,
+    get_worker_info,
+)
+from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+from .._errors import TrainingSetupError
+from ._sampler import EpochClock, ProxySampler, ShardSampler, rank_count, uneven_batches
+
+if TYPE_CHECKING:
+    from .._context import DistContext
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+logger = logging.getLogger("idist.training")
+
+#: options of auto_dataloader itself; everything else goes to torch's DataLoader
+OWN_OPTIONS = ("per_rank_batch_size", "seed", "shard_iterable", "even_batches")
+
+
+class AutoDataLoader(DataLoader[T_co]):
+    """A ``DataLoader`` whose sampler's epoch advances by one on every new pass.
+
+    An epoch set explicitly since the last pass wins: ``loader.set_epoch(e)``, or
+    ``sampler.set_epoch(e)`` on an idist sampler (on another sampler: a changed ``.epoch``).
+    ``global_batch_size`` is the batch all ranks load together per step (None without
+    automatic batching or with a custom ``batch_sampler``).
+    """
+
+    def __init__(
+        self, dataset: Dataset[T_co], *, global_batch_size: int | None, epoch_target: object, **kwargs: Any
+    ) -> None:
+        super().__init__(dataset, **kwargs)
+        self.global_batch_size = global_batch_size
+        self._clock = EpochClock(epoch_target) if hasattr(epoch_target, "set_epoch") else None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch`` for the next pass (the sampler reshuffles by it)."""
+        if self._clock is None:
+            raise TrainingSetupError("this loader's sampler has no set_epoch(); its order does not depend on epochs")
+        self._clock.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int | None:
+        """The epoch of the current (or last) pass; None before the first one."""
+        return None if self._clock is None else self._clock.last
+
+    def __iter__(self) -> _BaseDataLoaderIter:
+        if self._clock is not None:
+            self._clock.before_pass()
+        return super().__iter__()
+
+
+class ShardedIterableDataset(IterableDataset[T]):
+    """Item ``i`` of ``dataset`` goes to one (rank, worker) pair: round robin over all of them."""
+
+    def __init__(self, dataset: IterableDataset[T], rank: int, world_size: int) -> None:
+        self.dataset = dataset
+        self.rank = rank
+        self.world_size = world_size
+
+    def __iter__(self) -> Iterator[T]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        shard = self.rank * workers + worker
+        return islice(iter(self.dataset), shard, None, self.world_size * workers)
+
+
+def auto_dataloader(ctx: DistContext, data: Dataset[T] | DataLoader[T], **kwargs: Any) -> AutoDataLoader[T]:
+    """See ``DistContext.auto_dataloader``."""
+    if isinstance(data, DataLoader):
+        dataset, derived = _settings_of(data)
+        kwargs = _merge(derived, kwargs)
+    else:
+        dataset = data
+    loader = _build(ctx, dataset, kwargs)
+    return ctx._adapt_loader(loader)
+
+
+def _settings_of(loader: DataLoader[T]) -> tuple[Dataset[T], dict[str, Any]]:
+    """The keyword arguments that rebuild ``loader`` (its sampler as shuffle= when standard)."""
+    kw: dict[str, Any] = {
+        "num_workers": loader.num_workers, "timeout": loader.timeout, "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context, "generator": loader.generator,
+        "persistent_workers": loader.persistent_workers, "pin_memory_device": loader.pin_memory_device,
+    }  # fmt: skip
+    if loader.pin_memory:
+        kw["pin_memory"] = True
+    if loader.collate_fn not in (default_collate, default_convert):
+        kw["collate_fn"] = loader.collate_fn
+    if loader.num_workers > 0:
+        kw["prefetch_factor"] = loader.prefetch_factor
+    if hasattr(loader, "in_order"):
+        kw["in_order"] = loader.in_order
+    if loader.batch_size is None and loader.batch_sampler is not None:
+        kw["batch_sampler"] = loader.batch_sampler
+        return loader.dataset, kw
+    kw["batch_size"] = loader.batch_size
+    kw["drop_last"] = loader.drop_last
+    if isinstance(loader.dataset, IterableDataset):
+        return loader.dataset, kw
+    sampler = loader.sampler
+    if type(sampler) is SequentialSampler:
+        kw["shuffle"] = False
+    elif type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None:
+        kw["shuffle"] = True
+        if sampler.generator is not None:
+            kw["seed"] = sampler.generator.initial_seed()
+    else:
+        kw["sampler"] = sampler
+    return loader.dataset, kw
+
+
+def _merge(derived: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The loader's settings, overridden by the caller's (a new sampler replaces the old one)."""
+    out = dict(derived)
+    if any(k in kwargs for k in ("sampler", "shuffle", "batch_sampler")):
+        for k in ("sampler", "shuffle", "batch_sampler", "seed"):
+            out.pop(k, None)
+    if "batch_sampler" in kwargs:
+        out.pop("batch_size", None)
+        out.pop("drop_last", None)
+    if "per_rank_batch_size" in kwargs:
+        out.pop("batch_size", None)
+    out.update(kwargs)
+    return out
+
+
+def _positive_int(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise TrainingSetupError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def _per_rank_batch(ctx: DistContext, kw: dict[str, Any]) -> tuple[int | None, int | None]:
+    """(per-rank batch, global batch) from ``batch_size`` (global) or ``per_rank_batch_size``."""
+    world = ctx.world_size
+    per_rank = kw.pop("per_rank_batch_size", None)
+    if "batch_sampler" in kw:
+        if "batch_size" in kw or per_rank is not None:
+            raise TrainingSetupError("batch_sampler decides the batches: drop batch_size / per_rank_batch_size")
+        return None, None
+    if per_rank is not None:
+        if "batch_size" in kw:
+            raise TrainingSetupError(
+                "pass batch_size (the global batch) or per_rank_batch_size, not both "
+                f"(got batch_size={kw['batch_size']!r}, per_rank_batch_size={per_rank!r})"
+            )
+        b = _positive_int("per_rank_batch_size", per_rank)
+        return b, b * world
+    if "batch_size" not in kw:
+        return 1, world  # torch's default: one sample per rank and step
+    if kw["batch_size"] is None:
+        return None, None
+    total = _positive_int("batch_size", kw.pop("batch_size"))
+    b = max(1, total // world)
+    if b * world != total:
+        warnings.warn(
+            f"batch_size={total} is the global batch and does not divide by the world size {world}: "
+            f"each rank loads {b}, so the global batch is {b * world}; pass a multiple of {world}, "
+            "or per_rank_batch_size=",
+            UserWarning,
+            stacklevel=4,
+        )
+    return b, b * world
+
+
+def _build(ctx: DistContext, dataset: Any, kw: dict[str, Any]) -> AutoDataLoader[Any]:
+    kw = dict(kw)
+    world, rank = ctx.world_size, ctx.rank
+    seed = kw.pop("seed", None)
+    shard_iterable = kw.pop("shard_iterable", False)
+    even_batches = bool(kw.pop("even_batches", False))
+    b, global_batch = _per_rank_batch(ctx, kw)
+    if "batch_sampler" not in kw:
+        kw["batch_size"] = b
+    workers = kw.get("num_workers", 0)
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+        raise TrainingSetupError(f"num_workers must be an int >= 0, got {workers!r}")
+    if workers > 0:
+        kw["num_workers"] = -(-workers // ctx.nproc_per_node)
+    kw["pin_memory"] = ctx._loader_pin_memory(kw.get("pin_memory"))
+    user_gen = kw.get("generator")
+    if seed is None:
+        seed = user_gen.initial_seed() if isinstance(user_gen, torch.Generator) else 0
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TrainingSetupError(f"seed must be an int, got {seed!r}")
+    if user_gen is None:
+        private = torch.Generator()
+        private.manual_seed((seed * 1_000_003 + rank) % (1 << 63))
+        kw["generator"] = private
+    target: object = None
+    if "batch_sampler" in kw:
+        target = kw["batch_sampler"]
+        if world > 1:
+            warnings.warn(
+                "a custom batch_sampler is used as it is: make sure it gives each rank its own batches",
+                UserWarning,
+                stacklevel=3,
+            )
+    elif isinstance(dataset, IterableDataset):
+        dataset = _iterable(dataset, ctx, shard_iterable, kw["num_workers"] if workers else 0)
+    else:
+        if shard_iterable:
+            raise TrainingSetupError(
+                "shard_iterable=True is for an IterableDataset; a map-style dataset is sharded by its sampler"
+            )
+        target = kw["sampler"] = _sampler(ctx, dataset, kw, seed, even_batches, b)
+    logger.info("auto_dataloader on rank %d/%d: %s", rank, world, kw)
+    return AutoDataLoader(dataset, global_batch_size=global_batch, epoch_target=target, **kw)
+
+
+def _iterable(dataset: IterableDataset[Any], ctx: DistContext, shard: object, workers: int) -> IterableDataset[Any]:
+    if shard:
+        return ShardedIterableDataset(dataset, ctx.rank, ctx.world_size)
+    if ctx.world_size > 1 or workers > 1:
+        logger.info(
+            "%s is an IterableDataset and is not sharded: each rank (and worker) must produce its own "
+            "data, or pass shard_iterable=True",
+            type(dataset).__name__,
+        )
+    return dataset
+
+
+def _sampler(
+    ctx: DistContext, dataset: Any, kw: dict[str, Any], seed: int, even_batches: bool, b: int | None
+) -> DistributedSampler[Any]:
+    world, rank = ctx.world_size, ctx.rank
+    sampler = kw.pop("sampler", None)
+    shuffle = kw.pop("shuffle", False)
+    drop_last = bool(kw.get("drop_last", False))
+    if sampler is not None and shuffle:
+        raise TrainingSetupError("sampler= and shuffle=True exclude each other: shuffle inside the sampler")
+    if isinstance(sampler, DistributedSampler):
+        if (sampler.rank, sampler.num_replicas) != (rank, world):
+            warnings.warn(
+                f"the DistributedSampler passed in has rank={sampler.rank}, num_replicas={sampler.num_replicas}, "
+                f"but this is rank {rank} of {world}: it is used as it is",
+                UserWarning,
+                stacklevel=4,
+            )
+        return sampler
+    common: dict[str, Any] = {
+        "num_replicas": world, "rank": rank, "seed": seed, "drop_last": drop_last,
+        "even_batches": even_batches, "batch_size": b,
+    }  # fmt: skip
+    made: ShardSampler | ProxySampler
+    if sampler is None:
+        if not isinstance(dataset, Sized):
+            raise TrainingSetupError(
+                f"{type(dataset).__name__} has no __len__: make it a Dataset or an IterableDataset"
+            )
+        made = ShardSampler(dataset, shuffle=bool(shuffle), **common)
+    else:
+        made = ProxySampler(sampler, **common)
+    if world > 1 and not drop_last and uneven_batches(made.total_size, world, b):
+        first = -(-rank_count(made.total_size, world, 0) // (b or 1))
+        warnings.warn(
+            f"{made.length} samples with a global batch of {(b or 1) * world} leave a last batch smaller than "
+            f"the world size: some ranks run {first} batches per epoch, others {first - 1}. Fine for evaluation; "
+            "DDP training blocks on the extra step: pass drop_last=True, or even_batches=True to repeat "
+            f"{world - made.length % world} samples",
+            UserWarning,
+            stacklevel=4,
+        )
+    return made

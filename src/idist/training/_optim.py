@@ -1,0 +1,36 @@
+"""``auto_optim``: the shared check, then the backend's ``_wrap_optimizer`` hook.
+
+Serial and torch.distributed need nothing (DDP already averages the gradients), so the
+default hook returns the optimizer itself; Horovod (DistributedOptimizer plus a state
+broadcast) and XLA (``xm.optimizer_step``) override the hook in their contexts.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from torch.optim import Optimizer
+
+from .._errors import TrainingSetupError
+
+if TYPE_CHECKING:
+    from .._context import DistContext
+
+OptimizerT = TypeVar("OptimizerT", bound=Optimizer)
+
+logger = logging.getLogger("idist.training")
+
+
+def auto_optim(ctx: DistContext, optimizer: OptimizerT, **kwargs: Any) -> OptimizerT:
+    """See ``DistContext.auto_optim``."""
+    if not isinstance(optimizer, Optimizer):
+        raise TrainingSetupError(f"auto_optim takes a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    return ctx._wrap_optimizer(optimizer, dict(kwargs))
+
+
+def keep_optimizer(ctx: DistContext, optimizer: OptimizerT, kwargs: dict[str, Any]) -> OptimizerT:
+    """The serial / native hook: the optimizer as it is (options are for other backends)."""
+    if kwargs:
+        logger.info("auto_optim on %s: options %s are for Horovod/XLA and ignored here", ctx.backend, sorted(kwargs))
+    return optimizer

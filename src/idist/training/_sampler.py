@@ -1,0 +1,214 @@
+"""Samplers that give each rank its share of an epoch, and the clock that advances epochs.
+
+``ShardSampler`` shards ``range(n)`` (shuffled by ``seed + epoch`` when asked);
+``ProxySampler`` shards whatever a user's sampler yields, running that sampler under a
+private seed so every rank sees the same sequence while the global RNGs stay untouched
+(ignite's proxy reseeds the global torch RNG on every epoch). Both are
+``DistributedSampler`` subclasses, so code that checks for one keeps working.
+
+Sharding (both samplers): rank ``r`` of ``W`` takes positions ``r, r + W, ...`` of the
+epoch's sequence, as ``DistributedSampler`` does, but nothing is padded: every sample is
+seen exactly once per epoch across ranks. ``drop_last=True`` cuts the sequence to a
+multiple of ``W`` first. Only when ranks would otherwise run different numbers of
+batches (a last global batch smaller than the world size, which blocks DDP) does
+``even_batches=True`` repeat up to ``W - 1`` samples, as Accelerate does.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator, Sized
+from typing import Any
+
+import torch
+from torch.utils.data import DistributedSampler, Sampler
+
+from .._errors import TrainingSetupError
+
+#: the global RNGs are process-wide; a proxy sampler forks them under this lock
+_GLOBAL_RNG_LOCK = threading.Lock()
+
+
+def shard_plan(length: int, world_size: int, drop_last: bool, even_batches: bool, batch_size: int | None) -> int:
+    """How many positions of the epoch's sequence are used (more than ``length`` = padded).
+
+    Padding happens only with ``even_batches`` when ``batch_size`` batches would leave
+    some rank with one batch fewer than another.
+    """
+    if drop_last:
+        return length - length % world_size
+    if even_batches and length % world_size and uneven_batches(length, world_size, batch_size):
+        return length + world_size - length % world_size
+    return length
+
+
+def rank_count(total: int, world_size: int, rank: int) -> int:
+    """Positions ``rank, rank + W, ...`` below ``total``."""
+    return len(range(rank, total, world_size))
+
+
+def uneven_batches(total: int, world_size: int, batch_size: int | None) -> bool:
+    """Whether rank 0 and the last rank would run different numbers of batches."""
+    b = batch_size or 1
+    first = -(-rank_count(total, world_size, 0) // b)
+    last = -(-rank_count(total, world_size, world_size - 1) // b)
+    return first != last
+
+
+class _ShardedBase(DistributedSampler[int]):
+    """Shards the epoch's sequence; subclasses say what the sequence is."""
+
+    def __init__(
+        self, length: int, source: Sized, *, num_replicas: int, rank: int, shuffle: bool, seed: int,
+        drop_last: bool, even_batches: bool, batch_size: int | None,
+    ) -> None:  # fmt: skip
+        if not 0 <= rank < num_replicas:
+            raise TrainingSetupError(f"rank={rank} is outside 0..{num_replicas - 1}")
+        super().__init__(source, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)  # type: ignore[arg-type]
+        self.length = length
+        self.even_batches = even_batches
+        self.total_size = shard_plan(length, num_replicas, drop_last, even_batches, batch_size)
+        self.num_samples = rank_count(self.total_size, num_replicas, rank)
+        #: set by ``set_epoch``, cleared when a loader starts a pass (an explicit epoch wins)
+        self.epoch_was_set = False
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch`` for the next pass (wins over the loader's automatic advance)."""
+        self.epoch = int(epoch)
+        self.epoch_was_set = True
+
+    def _sequence(self) -> list[int]:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[int]:
+        seq = self._sequence()
+        if self.total_size > len(seq):  # even_batches: repeat from the start
+            seq = (seq * (-(-self.total_size // max(len(seq), 1))))[: self.total_size]
+        return iter(seq[self.rank : self.total_size : self.num_replicas])
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class ShardSampler(_ShardedBase):
+    """Rank ``rank``'s share of ``range(len(dataset))``, reshuffled per epoch when ``shuffle``.
+
+    The permutation is ``torch.randperm(n, generator=seed + epoch)``, the one
+    ``DistributedSampler`` draws, from a private generator.
+    """
+
+    def __init__(
+        self, dataset: Sized, *, num_replicas: int, rank: int, shuffle: bool = False, seed: int = 0,
+        drop_last: bool = False, even_batches: bool = False, batch_size: int | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(
+            len(dataset), dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed,
+            drop_last=drop_last, even_batches=even_batches, batch_size=batch_size,
+        )  # fmt: skip
+
+    def _sequence(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.length))
+        g = torch.Generator()
+        g.manual_seed(self.seed + self.epoch)
+        return torch.randperm(self.length, generator=g).tolist()
+
+
+class ProxySampler(_ShardedBase):
+    """Rank ``rank``'s share of what ``sampler`` yields in this epoch.
+
+    ``sampler`` runs with a private ``generator`` (when it has that attribute, as every
+    torch sampler does) and with the global torch and ``random`` RNGs forked and seeded
+    from ``seed + epoch``; both are restored afterwards, so the caller's RNG state is the
+    same before and after a pass and every rank draws the same sequence. The sampler must
+    have a length.
+    """
+
+    def __init__(
+        self, sampler: Sampler[Any], *, num_replicas: int, rank: int, seed: int = 0, drop_last: bool = False,
+        even_batches: bool = False, batch_size: int | None = None,
+    ) -> None:  # fmt: skip
+        if not isinstance(sampler, Sampler):
+            raise TrainingSetupError(f"sampler must be a torch.utils.data.Sampler, got {type(sampler).__name__}")
+        if isinstance(sampler, DistributedSampler):
+            raise TrainingSetupError("this sampler is already a DistributedSampler; pass it as it is")
+        if not isinstance(sampler, Sized):
+            raise TrainingSetupError(
+                f"{type(sampler).__name__} has no __len__; a sampler shared out between ranks needs a fixed length"
+            )
+        self.sampler = sampler
+        super().__init__(
+            len(sampler), sampler, num_replicas=num_replicas, rank=rank, shuffle=False, seed=seed,
+            drop_last=drop_last, even_batches=even_batches, batch_size=batch_size,
+        )  # fmt: skip
+
+    def _sequence(self) -> list[int]:
+        seed = self.seed + self.epoch
+        private = torch.Generator()
+        private.manual_seed(seed)
+        has_gen = hasattr(self.sampler, "generator")
+        saved_gen = getattr(self.sampler, "generator", None)
+        with _GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
+            py_state = random.getstate()
+            torch.manual_seed(seed)
+            random.seed(seed)
+            try:
+                if has_gen:
+                    self.sampler.generator = private  # type: ignore[attr-defined]
+                seq = [int(i) for i in self.sampler]
+            finally:
+                if has_gen:
+                    self.sampler.generator = saved_gen  # type: ignore[attr-defined]
+                random.setstate(py_state)
+        if len(seq) != self.length:
+            raise TrainingSetupError(
+                f"{type(self.sampler).__name__} yielded {len(seq)} indices but its len() is {self.length}; "
+                "a sampler shared out between ranks must yield len() indices every epoch"
+            )
+        return seq
+
+
+class EpochClock:
+    """Advances a sampler's epoch on every new pass of a loader.
+
+    Pass ``k`` uses the epoch of pass ``k - 1`` plus one, unless an epoch was set
+    explicitly since the last pass (``loader.set_epoch(e)``, or ``sampler.set_epoch(e)``
+    on an idist sampler, or a changed ``.epoch`` on any other sampler): then that one.
+    """
+
+    def __init__(self, target: object) -> None:
+        self.target = target
+        self.last: int | None = None
+        self.requested: int | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.requested = int(epoch)
+        self._apply(int(epoch))
+
+    def before_pass(self) -> int:
+        t = self.target
+        current = getattr(t, "epoch", None)
+        if self.requested is not None:
+            epoch = self.requested
+        elif isinstance(t, _ShardedBase) and t.epoch_was_set:
+            epoch = t.epoch
+        elif self.last is None:
+            epoch = current if isinstance(current, int) else 0
+        elif not isinstance(t, _ShardedBase) and isinstance(current, int) and current != self.last:
+            epoch = current
+        else:
+            epoch = self.last + 1
+        self.requested = None
+        self._apply(epoch)
+        if isinstance(t, _ShardedBase):
+            t.epoch_was_set = False
+        self.last = epoch
+        return epoch
+
+    def _apply(self, epoch: int) -> None:
+        t = self.target
+        if isinstance(t, _ShardedBase):
+            t.epoch = epoch
+        else:
+            t.set_epoch(epoch)  # type: ignore[attr-defined]
