@@ -1,5 +1,10 @@
 """Run code on one rank: ``one_rank_only`` (decorator) and ``one_rank_first`` (block).
 
+Both are exception-safe: when the leading rank raises, its exception propagates there and
+every follower raises ``LeaderFailedError`` (with the leader's message) instead of running
+the block or waiting forever. The leader's status travels in one ``all_gather`` that also
+serves as the barrier.
+
 The module-level forms resolve the context when the decorated function is *called*, not
 when it is decorated, since decorators usually run at import, before ``initialize()``.
 """
@@ -11,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._errors import CollectiveInputError
+from ._errors import CollectiveInputError, LeaderFailedError
 
 if TYPE_CHECKING:
     from ._context import DistContext
@@ -34,15 +39,39 @@ def _check(ctx: DistContext, rank: int, local: bool) -> None:
         raise CollectiveInputError(f"{what} must be in 0..{limit - 1}, got {rank!r}")
 
 
+def _exchange_status(ctx: DistContext, failure: str | None, what: str) -> None:
+    """Everyone learns whether a leader failed; followers raise if one did."""
+    statuses: list[str | None] = ctx.all_gather(failure)
+    if failure is not None:
+        return  # the leader re-raises its own exception
+    failed = [(r, msg) for r, msg in enumerate(statuses) if msg is not None]
+    if failed:
+        r, msg = failed[0]
+        raise LeaderFailedError(f"rank {r} raised inside {what}, so rank {ctx.rank} stops too: {msg}")
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 def one_rank_only(ctx: DistContext | None, rank: int = 0, with_barrier: bool = True) -> Callable[[F], F]:
     def decorator(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             c = _resolve(ctx)
             _check(c, rank, local=False)
-            result = fn(*args, **kwargs) if c.rank == rank else None
+            if c.rank != rank:
+                if with_barrier:
+                    _exchange_status(c, None, f"one_rank_only({fn.__qualname__})")
+                return None
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                if with_barrier:
+                    _exchange_status(c, _describe(exc), "one_rank_only")
+                raise
             if with_barrier:
-                c.barrier()
+                _exchange_status(c, None, "one_rank_only")
             return result
 
         return wrapper  # type: ignore[return-value]
@@ -56,7 +85,12 @@ def one_rank_first(ctx: DistContext | None, rank: int = 0, local: bool = False) 
     _check(c, rank, local)
     leader = (c.local_rank if local else c.rank) == rank
     if not leader:
-        c.barrier()
-    yield
-    if leader:
-        c.barrier()
+        _exchange_status(c, None, "one_rank_first")
+        yield
+        return
+    try:
+        yield
+    except BaseException as exc:
+        _exchange_status(c, _describe(exc), "one_rank_first")
+        raise
+    _exchange_status(c, None, "one_rank_first")
