@@ -22,8 +22,12 @@ from ._errors import (
     AlreadyInitializedError,
     BackendUnavailableError,
     CollectiveInputError,
+    CollectiveMismatchError,
+    CollectiveTimeoutError,
     ContextClosedError,
     IdistError,
+    LeaderFailedError,
+    PeerLostError,
     LaunchEnvironmentError,
     ReduceOverflowError,
     TrainingSetupError,
@@ -56,6 +60,8 @@ __all__ = [
     "show_config", "sync", "use", "world_size",
     "LaunchConfigError", "LaunchError", "Parallel", "SpawnHandle", "spawn",
     "AutoDataLoader", "TrainingSetupError", "auto_dataloader", "auto_model", "auto_optim",
+    "CollectiveMismatchError", "CollectiveTimeoutError", "LeaderFailedError", "PeerLostError",
+    "any_rank_failed", "timeout",
 ]  # fmt: skip
 
 
@@ -217,6 +223,16 @@ def sync(group: GroupArg = None) -> None:
 
 def new_group(ranks: Sequence[int]) -> Group:
     return current().new_group(ranks)
+
+
+def timeout(seconds: float) -> AbstractContextManager[None]:
+    """``with idist.timeout(s):`` bounds each collective in the block (see ``DistContext.timeout``)."""
+    return current().timeout(seconds)
+
+
+def any_rank_failed(failed: bool, group: GroupArg = None) -> bool:
+    """True on every rank when ``failed`` is true on any rank."""
+    return current().any_rank_failed(failed, group)
 
 
 # -------------------------------------------------------- rank-only helpers
