@@ -1,0 +1,15 @@
+"""``python -m idist`` and the ``idist`` console script: see ``idist._cli``."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> int:
+    from ._cli import main as cli
+
+    return cli(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

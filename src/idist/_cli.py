@@ -1,0 +1,204 @@
+"""The ``idist`` command: ``idist run`` starts a script on N ranks, ``idist info`` reports.
+
+``idist run -n N [--nnodes M --node-rank K --master-addr A --master-port P]
+[--backend gloo|nccl|horovod] script.py [args...]`` (or ``-m module``). Native backends go
+through torch's own elastic launcher (``torch.distributed.run``): one node without a
+master port uses a c10d rendezvous on a free loopback port (two runs never collide);
+``--nnodes``/``--master-port`` use a static rendezvous at the master address. Every
+output line is prefixed with its global rank (``[rank1]:``). The exit status is that of
+the first rank that failed (128 + N for a rank killed by signal N), else 0. Horovod
+jobs go through ``horovodrun``.
+
+``idist info`` prints the backends available here, the launcher environment detected
+(with the variables that decided each value) and the devices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Sequence
+
+#: Status for a command line that cannot work (as argparse uses).
+USAGE_ERROR = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="idist", description="Launch and inspect idist distributed jobs.")
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser(
+        "run",
+        help="run a script on N ranks per node",
+        description="Run a script on N ranks per node; each output line is prefixed with its rank.",
+    )
+    run.add_argument("-n", "--nproc-per-node", "--nprocs", dest="nproc", type=int, default=1, help="ranks per node")
+    run.add_argument("--nnodes", type=int, default=1, help="number of nodes (default 1)")
+    run.add_argument("--node-rank", type=int, default=0, help="this node's rank, 0..nnodes-1")
+    run.add_argument("--master-addr", default=None, help="rendezvous address (default: loopback)")
+    run.add_argument("--master-port", type=int, default=None, help="rendezvous port (default: a free one, 1 node)")
+    run.add_argument(
+        "--backend", default="gloo", choices=("gloo", "nccl", "horovod"),
+        help="launcher family: gloo/nccl go through torch.distributed.run, horovod through horovodrun",
+    )  # fmt: skip
+    run.add_argument("-m", "--module", action="store_true", help="run the target as a module (python -m)")
+    run.add_argument("script", help="the script (or module with -m) to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    sub.add_parser("info", help="backends, launcher environment and devices seen from here")
+    return p
+
+
+def _fail(msg: str) -> int:
+    print(f"idist: error: {msg}", file=sys.stderr)
+    return USAGE_ERROR
+
+
+def _exit_status(exitcode: int) -> int:
+    return 128 - exitcode if exitcode < 0 else exitcode
+
+
+def _check_topology(a: argparse.Namespace) -> str | None:
+    if a.nproc < 1:
+        return f"-n must be at least 1, got {a.nproc}"
+    if a.nnodes < 1:
+        return f"--nnodes must be at least 1, got {a.nnodes}"
+    if not 0 <= a.node_rank < a.nnodes:
+        return f"--node-rank {a.node_rank} is outside 0..{a.nnodes - 1}"
+    if a.master_port is not None and not 0 < a.master_port < 65536:
+        return f"--master-port must be in 1..65535, got {a.master_port}"
+    if a.nnodes > 1 and a.master_port is None:
+        return (
+            f"--nnodes {a.nnodes}: pass the same --master-addr and --master-port on every node "
+            "(node rank 0 hosts the rendezvous there)"
+        )
+    return None
+
+
+def _torchrun_argv(a: argparse.Namespace, log_dir: str) -> list[str]:
+    argv = [
+        "--nnodes", str(a.nnodes), "--nproc-per-node", str(a.nproc),
+        "--max-restarts", "0", "--monitor-interval", "0.1",
+        "--tee", "3", "--log-dir", log_dir,
+    ]  # fmt: skip
+    if a.master_port is None:
+        # One node, no port given: c10d rendezvous on a free loopback port (like --standalone).
+        argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{a.master_addr or '127.0.0.1'}:0"]
+        argv += ["--rdzv-id", str(uuid.uuid4())]
+    else:
+        argv += ["--rdzv-backend", "static", "--node-rank", str(a.node_rank)]
+        argv += ["--master-addr", a.master_addr or "127.0.0.1", "--master-port", str(a.master_port)]
+    if a.module:
+        argv.append("--module")
+    return [*argv, a.script, *a.args]
+
+
+def _run_native(a: argparse.Namespace) -> int:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args, parse_args
+
+    log_dir = tempfile.mkdtemp(prefix="idist-run-")
+    try:
+        args = parse_args(_torchrun_argv(a, log_dir))  # type: ignore[no-untyped-call]
+        config, cmd, cmd_args = config_from_args(args)
+        config.log_line_prefix_template = "[rank${rank}]:"
+        try:
+            elastic_launch(config=config, entrypoint=cmd)(*cmd_args)
+        except ChildFailedError as e:
+            rank, failure = e.get_first_failure()
+            code = failure.exitcode
+            how = f"was killed by {failure.signal_name()}" if code < 0 else f"exited with code {code}"
+            print(
+                f"idist run: rank {rank} (local rank {failure.local_rank}) {how}; stopped the others", file=sys.stderr
+            )
+            return _exit_status(code)
+        except SignalException as e:
+            print(f"idist run: stopped every rank on {e.sigval.name}", file=sys.stderr)
+            return _exit_status(-int(e.sigval))
+        return 0
+    finally:
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _run_horovod(a: argparse.Namespace) -> int:
+    exe = shutil.which("horovodrun")
+    if exe is None:
+        return _fail("--backend horovod needs horovodrun on PATH: pip install 'idist[horovod]' (see the README)")
+    if a.nnodes != 1:
+        return _fail("--backend horovod runs one node here; for several hosts call horovodrun -H host1:N,host2:N")
+    target = ["-m", a.script] if a.module else [a.script]
+    cmd = [exe, "-np", str(a.nproc), "-H", f"localhost:{a.nproc}", "--gloo", sys.executable, "-u", *target, *a.args]
+    proc = subprocess.Popen(cmd)
+    try:
+        return _exit_status(proc.wait())
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return _exit_status(-signal.SIGINT)
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    problem = _check_topology(a)
+    if problem is not None:
+        return _fail(problem)
+    if not a.module and not os.path.isfile(a.script):
+        return _fail(f"no such script: {a.script!r} (use -m to run a module)")
+    if a.backend == "horovod":
+        return _run_horovod(a)
+    return _run_native(a)
+
+
+def cmd_info() -> int:
+    import torch
+
+    import idist
+
+    from ._errors import LaunchEnvironmentError
+    from ._launch_env import detect
+
+    print(f"idist {idist.__version__}  torch {torch.__version__}  python {platform.python_version()}")
+    print(f"host: {platform.node()}  ({os.cpu_count()} CPUs)")
+    print(f"backends available: {', '.join(idist.available_backends())}")
+    try:
+        info = detect(os.environ)
+    except LaunchEnvironmentError as e:
+        print(f"launcher: inconsistent environment: {e}")
+    else:
+        if info is None:
+            print("launcher: none detected (initialize() here gives a SerialContext)")
+        else:
+            print(f"launcher: {info.launcher}")
+            print(f"  rank {info.rank} of {info.world_size}, local rank {info.local_rank} of {info.nproc_per_node}, "
+                  f"node {info.node_rank} of {info.nnodes}, master {info.master_addr}:{info.master_port}")  # fmt: skip
+            for field, why in info.decided_by.items():
+                print(f"  {field}: {why}")
+    horovod = [k for k in ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_HOSTNAME") if k in os.environ]
+    if horovod:
+        print("horovodrun: " + " ".join(f"{k}={os.environ[k]}" for k in horovod))
+    print("devices:")
+    print("  cpu")
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            print(f"  cuda:{i} {torch.cuda.get_device_name(i)}")
+    else:
+        print("  cuda: none visible")
+    print(f"  xla: {'available' if idist.has_xla_support() else 'not installed'}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    if a.command == "run":
+        return cmd_run(a)
+    return cmd_info()

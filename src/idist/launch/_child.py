@@ -1,0 +1,128 @@
+"""What runs inside each spawned rank, before and around the user's function.
+
+The child puts itself in its own process group (so the parent can stop it together with
+anything it started, and a terminal's Ctrl-C reaches only the parent, which then stops
+every rank), watches its parent (a parent that dies, even by SIGKILL, takes the ranks
+with it), sets the launcher variables, runs ``fn(local_rank, *args, **kwargs)`` and
+sends one message up its pipe: ``("ok", result)`` or ``("error", summary, traceback,
+time, exit code)``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from multiprocessing.connection import Connection
+from typing import Any
+
+import attrs
+
+#: How often a rank checks that its parent is still alive.
+WATCHDOG_INTERVAL = 0.5
+
+
+@attrs.frozen(kw_only=True)
+class ChildSpec:
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    local_rank: int
+    rank: int
+    env: Mapping[str, str]
+    #: variables from the parent's launcher that would contradict this rank's own
+    drop_env: tuple[str, ...]
+    parent_pid: int
+    #: ignite's form: initialize this backend around fn, finalize after
+    backend: str | None = None
+    init_kwargs: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+def _watch_parent(parent: int) -> None:
+    while True:
+        time.sleep(WATCHDOG_INTERVAL)
+        if os.getppid() != parent:
+            # The launcher is gone: nobody would ever join us. Take our own group down
+            # (this rank and whatever it started) rather than run on as orphans.
+            try:
+                os.killpg(0, signal.SIGKILL)
+            finally:
+                os._exit(1)
+
+
+def _isolate(spec: ChildSpec) -> None:
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()
+    parent = os.getppid()
+    if parent != spec.parent_pid and spec.parent_pid != -1:
+        os._exit(1)  # the launcher died before we started
+    threading.Thread(target=_watch_parent, args=(parent,), name="idist-parent-watchdog", daemon=True).start()
+
+
+def _summary(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__qualname__}: {text}" if text else type(exc).__qualname__
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+def _call(spec: ChildSpec) -> Any:
+    if spec.backend is None:
+        return spec.fn(spec.local_rank, *spec.args, **spec.kwargs)
+    from .. import _stack
+
+    init = dict(spec.init_kwargs)
+    if "world_size" in init:  # init_method= needs this rank passed explicitly
+        init.setdefault("rank", spec.rank)
+    _stack.initialize(spec.backend, **init)
+    try:
+        return spec.fn(spec.local_rank, *spec.args, **spec.kwargs)
+    finally:
+        _stack.finalize()
+
+
+def child_main(spec: ChildSpec, conn: Connection) -> None:
+    """The target of every spawned rank process."""
+    _isolate(spec)
+    for name in spec.drop_env:
+        os.environ.pop(name, None)
+    os.environ.update(spec.env)
+    code = 0
+    try:
+        result = _call(spec)
+        message: tuple[Any, ...] = ("ok", result)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if code == 0:
+            message = ("ok", None)
+        else:
+            message = ("error", f"sys.exit({e.code!r})", traceback.format_exc(), time.time(), code)
+    except BaseException as e:
+        code = 1
+        message = ("error", _summary(e), traceback.format_exc(), time.time(), code)
+    _flush()
+    try:
+        conn.send(message)
+    except Exception as e:  # the result did not pickle
+        code = 1
+        conn.send((
+            "error",
+            f"fn returned a {type(message[1]).__qualname__} that cannot be sent to the parent ({_summary(e)}); "
+            "return None or a picklable value",
+            traceback.format_exc(),
+            time.time(),
+            code,
+        ))  # fmt: skip
+    conn.close()
+    if code:
+        sys.exit(code)

@@ -1,0 +1,198 @@
+"""``idist.spawn``: the seed's signature and ignite's, one implementation (``_procs``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeVar, overload
+
+from .._errors import LaunchConfigError
+from .._types import NativeBackend
+from ._procs import SpawnHandle, StartMethod, Topology, normalize_backend, start
+
+R = TypeVar("R")
+
+
+# Seed form: spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn")
+@overload
+def spawn(
+    fn: Callable[..., R],
+    args: tuple[Any, ...] = (),
+    nprocs: int = 1,
+    join: Literal[True] = True,
+    daemon: bool = False,
+    start_method: StartMethod = "spawn",
+    *,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+) -> list[R]: ...
+@overload
+def spawn(
+    fn: Callable[..., R],
+    args: tuple[Any, ...],
+    nprocs: int,
+    join: Literal[False],
+    daemon: bool = False,
+    start_method: StartMethod = "spawn",
+    *,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+) -> SpawnHandle[R]: ...
+@overload
+def spawn(
+    fn: Callable[..., R],
+    args: tuple[Any, ...] = (),
+    nprocs: int = 1,
+    *,
+    join: Literal[False],
+    daemon: bool = False,
+    start_method: StartMethod = "spawn",
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+) -> SpawnHandle[R]: ...
+# ignite's form: spawn(backend, fn, args, kwargs_dict=None, nproc_per_node=1, ...)
+@overload
+def spawn(
+    backend: NativeBackend,
+    fn: Callable[..., R],
+    args: tuple[Any, ...] = (),
+    kwargs_dict: Mapping[str, Any] | None = None,
+    nproc_per_node: int = 1,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    init_method: str | None = None,
+    *,
+    join: Literal[True] = True,
+    daemon: bool = False,
+    start_method: StartMethod = "spawn",
+    timeout: float | None = None,
+) -> list[R]: ...
+@overload
+def spawn(
+    backend: NativeBackend,
+    fn: Callable[..., R],
+    args: tuple[Any, ...] = (),
+    kwargs_dict: Mapping[str, Any] | None = None,
+    nproc_per_node: int = 1,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    init_method: str | None = None,
+    *,
+    join: Literal[False],
+    daemon: bool = False,
+    start_method: StartMethod = "spawn",
+    timeout: float | None = None,
+) -> SpawnHandle[R]: ...
+def spawn(*positional: Any, **options: Any) -> Any:
+    """Run ``fn`` in ``nprocs`` new processes, one per local rank.
+
+    Seed form, ``spawn(fn, args=(), nprocs=1, join=True, daemon=False,
+    start_method="spawn")``: each process calls ``fn(local_rank, *args)`` with RANK,
+    LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, NNODES, MASTER_ADDR and
+    MASTER_PORT set, so a plain ``idist.initialize()`` inside ``fn`` joins the world.
+    Keyword-only ``nnodes``, ``node_rank``, ``master_addr`` and ``master_port`` make this
+    launch one node of a larger world (every node passes the same master address/port).
+
+    ignite's form, ``spawn(backend, fn, args, kwargs_dict=None, nproc_per_node=1,
+    nnodes=1, node_rank=0, master_addr=None, master_port=None, init_method=None)``:
+    each process also initializes ``backend`` before ``fn(local_rank, *args,
+    **kwargs_dict)`` and finalizes it after.
+
+    The rendezvous port is a free one reserved by this process until the launch ends
+    (no fixed default, so two launches at once never collide); the address defaults to
+    loopback. ``join=True`` waits and returns each rank's return value in local-rank
+    order; ``join=False`` returns a ``SpawnHandle`` to ``join()`` or ``terminate()``.
+
+    Raises ``LaunchError`` as soon as any rank raises, exits non-zero or is killed, with
+    the rank, its exit code or signal and its traceback, after stopping the other ranks.
+    Ctrl-C stops every rank. ``LaunchConfigError`` (a ``ValueError``) for arguments that
+    cannot work.
+    """
+    first = positional[0] if positional else options.get("backend", options.get("fn"))
+    if isinstance(first, str) or "backend" in options:
+        return ignite_spawn(*positional, **options)
+    return _seed_form(*positional, **options)
+
+
+def _seed_form(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...] = (),
+    nprocs: int | None = None,
+    join: bool = True,
+    daemon: bool = False,
+    start_method: str = "spawn",
+    *,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    nproc_per_node: int | None = None,
+) -> Any:
+    if nprocs is not None and nproc_per_node is not None and nprocs != nproc_per_node:
+        raise LaunchConfigError(f"nprocs={nprocs} and nproc_per_node={nproc_per_node} disagree; pass one of them")
+    n = nprocs if nprocs is not None else nproc_per_node if nproc_per_node is not None else 1
+    topology = Topology(
+        nproc_per_node=n, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr, master_port=master_port
+    )
+    handle = start(fn, args, {}, topology, daemon=daemon, start_method=start_method)
+    return _finish(handle, join)
+
+
+def ignite_spawn(
+    backend: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...] = (),
+    kwargs_dict: Mapping[str, Any] | None = None,
+    nproc_per_node: int = 1,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    init_method: str | None = None,
+    *,
+    join: bool = True,
+    daemon: bool = False,
+    start_method: str = "spawn",
+    timeout: float | None = None,
+    nprocs: int | None = None,
+) -> Any:
+    if nprocs is not None:
+        if nproc_per_node not in (1, nprocs):
+            raise LaunchConfigError(f"nprocs={nprocs} and nproc_per_node={nproc_per_node} disagree; pass one of them")
+        nproc_per_node = nprocs
+    if kwargs_dict is not None and not isinstance(kwargs_dict, Mapping):
+        raise LaunchConfigError(f"kwargs_dict must be a mapping of keyword arguments for fn, got {kwargs_dict!r}")
+    name = normalize_backend(backend)
+    init: dict[str, Any] = {}
+    if timeout is not None:
+        init["timeout"] = timeout
+    if init_method is not None:
+        init["init_method"] = init_method
+    topology = Topology(
+        nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
+        master_addr=master_addr, master_port=master_port,
+    )  # fmt: skip
+    if init_method is not None:
+        # torch's init_method= needs the rank and world size passed explicitly.
+        init["world_size"] = topology.world_size
+    handle = start(
+        fn, args, dict(kwargs_dict or {}), topology, daemon=daemon, start_method=start_method,
+        backend=name, init_kwargs=init,
+    )  # fmt: skip
+    return _finish(handle, join)
+
+
+def _finish(handle: SpawnHandle[Any], join: bool) -> Any:
+    if not join:
+        return handle
+    handle.join()
+    return handle.results

@@ -1,0 +1,92 @@
+"""Functions that the launcher tests run inside spawned ranks (importable by name)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import idist
+
+LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NNODES", "MASTER_ADDR")
+
+
+def report(local_rank: int, tag: str = "") -> dict[str, Any]:
+    """Seed form: a plain initialize() inside fn joins the world the parent set up."""
+    env = {k: os.environ.get(k) for k in LAUNCH_VARS}
+    env["MASTER_PORT"] = os.environ.get("MASTER_PORT")
+    ctx = idist.initialize()
+    try:
+        return {
+            "tag": tag,
+            "local_rank_arg": local_rank,
+            "env": env,
+            "pid": os.getpid(),
+            "type": type(ctx).__name__,
+            "backend": ctx.backend,
+            "rank": ctx.rank,
+            "world_size": ctx.world_size,
+            "local_rank": ctx.local_rank,
+            "node_rank": ctx.node_rank,
+            "nnodes": ctx.nnodes,
+            "nproc_per_node": ctx.nproc_per_node,
+            "gathered": ctx.all_gather(ctx.rank),
+            "sum": ctx.all_reduce(ctx.rank + 1),
+            "ompi_seen": os.environ.get("OMPI_COMM_WORLD_RANK"),
+        }
+    finally:
+        idist.finalize()
+
+
+def ignite_style(local_rank: int, a: int, b: int = 0, *, c: int = 0) -> dict[str, Any]:
+    """ignite's form: the context is initialized around fn; module functions see it."""
+    return {
+        "local_rank_arg": local_rank,
+        "rank": idist.get_rank(),
+        "world_size": idist.get_world_size(),
+        "backend": idist.backend(),
+        "model": idist.model_name(),
+        "value": idist.all_reduce(a + b + c),
+    }
+
+
+def fail_on(local_rank: int, bad_rank: int, how: str, marker: str | None = None) -> str:
+    """Rank ``bad_rank`` fails in the way ``how`` says; the others block in a barrier."""
+    ctx = idist.initialize()
+    if marker is not None:
+        Path(f"{marker}.{ctx.rank}").write_text(str(os.getpid()))
+    if ctx.rank == bad_rank:
+        time.sleep(0.5)
+        if how == "raise":
+            raise ValueError(f"boom from rank {ctx.rank}")
+        if how == "exit3":
+            sys.exit(3)
+        if how == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if how == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if how == "os_exit0":
+            os._exit(0)
+        if how == "unpicklable":
+            return lambda: None  # type: ignore[return-value]
+    ctx.barrier()  # the healthy ranks wait here for the failed one, forever
+    time.sleep(600)
+    return "unreachable"
+
+
+def sleeper(local_rank: int, marker: str, seconds: float = 600.0) -> None:
+    """Write this rank's pid to ``marker.<local_rank>`` and sleep."""
+    Path(f"{marker}.{local_rank}").write_text(str(os.getpid()))
+    time.sleep(seconds)
+
+
+def add(local_rank: int, x: int) -> int:
+    return local_rank + x
+
+
+def current_kind(local_rank: int, scale: int = 1) -> tuple[str, int, int, int]:
+    ctx = idist.current()
+    return (type(ctx).__name__, ctx.rank, ctx.world_size, local_rank * scale)

@@ -1,0 +1,62 @@
+"""Helpers shared by the launcher tests: process liveness, pid markers, subprocess runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent
+SCRIPTS = HERE / "launch_scripts"
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, exited but not reaped, counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z"
+
+
+def wait_gone(pids: Sequence[int], timeout: float = 20.0) -> list[int]:
+    """Wait until none of ``pids`` runs; return those still running at the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = [p for p in pids if alive(p)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+def wait_markers(marker: Path, n: int, timeout: float = 90.0) -> list[int]:
+    """Wait for ``marker.0`` .. ``marker.<n-1>`` and return the pids written in them."""
+    deadline = time.monotonic() + timeout
+    files = [Path(f"{marker}.{i}") for i in range(n)]
+    while time.monotonic() < deadline:
+        if all(f.exists() and f.read_text() for f in files):
+            return [int(f.read_text()) for f in files]
+        time.sleep(0.1)
+    raise TimeoutError(f"ranks did not start within {timeout}s: {[f.name for f in files if not f.exists()]}")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without launcher variables, plus ``extra``."""
+    drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
+    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(("SLURM_", "OMPI_", "PMI"))}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def run_py(args: Sequence[str], timeout: float = 180.0, **kw: object) -> subprocess.CompletedProcess[str]:
+    """Run ``python args...`` with this interpreter, capturing text output."""
+    env = kw.pop("env", None) or clean_env()
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, check=False, env=env, **kw
+    )  # type: ignore[call-overload, no-any-return]

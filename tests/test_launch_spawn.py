@@ -1,0 +1,236 @@
+"""idist.spawn on real processes: both signatures, fail-fast, signals, handles, ports, nodes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import idist
+import launch_fns
+from idist.launch import LaunchConfigError, LaunchError, reserve_port
+from launch_util import SCRIPTS, alive, clean_env, wait_gone, wait_markers
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_seed_form_sets_the_launcher_variables_and_initialize_just_works() -> None:
+    out = idist.spawn(launch_fns.report, args=("seed",), nprocs=2)
+    assert [r["rank"] for r in out] == [0, 1]
+    ports = {r["env"]["MASTER_PORT"] for r in out}
+    assert len(ports) == 1 and int(ports.pop()) > 0
+    for local, r in enumerate(out):
+        assert r["tag"] == "seed" and r["local_rank_arg"] == local
+        assert r["env"] == {
+            "RANK": str(local), "LOCAL_RANK": str(local), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+            "GROUP_RANK": "0", "NNODES": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": r["env"]["MASTER_PORT"],
+        }  # fmt: skip
+        assert (r["type"], r["backend"], r["world_size"], r["local_rank"]) == ("NativeContext", "gloo", 2, local)
+        assert (r["node_rank"], r["nnodes"], r["nproc_per_node"]) == (0, 1, 2)
+        assert r["gathered"] == [0, 1] and r["sum"] == 3
+    assert all(not alive(r["pid"]) for r in out)
+
+
+def test_ignite_form_initializes_around_fn_with_kwargs_dict() -> None:
+    out = idist.spawn("gloo", launch_fns.ignite_style, (1,), kwargs_dict={"b": 2, "c": 3}, nproc_per_node=2)
+    assert out == [
+        {"local_rank_arg": k, "rank": k, "world_size": 2, "backend": "gloo", "model": "native-dist", "value": 12}
+        for k in range(2)
+    ]
+
+
+def test_parent_launcher_variables_do_not_leak_into_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # spawn called from inside an mpirun job: the children's rank is spawn's, not OpenMPI's.
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "1")
+    out = idist.spawn(launch_fns.report, nprocs=2)
+    assert [(r["rank"], r["world_size"], r["ompi_seen"]) for r in out] == [(0, 2, None), (1, 2, None)]
+
+
+@pytest.mark.parametrize(
+    ("how", "exitcode", "signal_name", "says"),
+    [
+        ("raise", 1, None, "ValueError: boom from rank 1"),
+        ("exit3", 3, None, "sys.exit(3)"),
+        ("sigkill", -signal.SIGKILL, "SIGKILL", "was killed by SIGKILL"),
+        ("os_exit0", 0, None, "before fn returned"),
+        ("unpicklable", 1, None, "cannot be sent to the parent"),
+    ],
+)
+def test_a_failing_rank_fails_the_launch_fast_and_the_others_are_stopped(
+    tmp_path: Path, how: str, exitcode: int, signal_name: str | None, says: str
+) -> None:
+    marker = tmp_path / "pid"
+    start = time.monotonic()
+    with pytest.raises(LaunchError) as info:
+        idist.spawn(launch_fns.fail_on, args=(1, how, str(marker)), nprocs=3)
+    elapsed = time.monotonic() - start
+    e = info.value
+    assert (e.rank, e.local_rank, e.exitcode, e.signal_name) == (1, 1, exitcode, signal_name)
+    assert says in str(e) and "rank 1 (local rank 1) failed" in str(e)
+    assert "the other ranks (0, 2) were stopped" in str(e)
+    if how == "raise":
+        assert e.traceback is not None and "launch_fns.py" in e.traceback and 'raise ValueError(f"boom' in e.traceback
+    pids = [int(Path(f"{marker}.{r}").read_text()) for r in range(3)]
+    assert wait_gone(pids, timeout=1.0) == []
+    # The healthy ranks sit in a barrier (and then sleep 600 s): only fail-fast ends this.
+    assert elapsed < 120, elapsed
+
+
+def test_join_false_returns_a_handle_to_join_or_terminate(tmp_path: Path) -> None:
+    handle = idist.spawn(launch_fns.add, args=(10,), nprocs=2, join=False)
+    assert isinstance(handle, idist.SpawnHandle)
+    assert handle.join(timeout=120) is True
+    assert handle.results == [10, 11] and handle.done()
+    marker = tmp_path / "pid"
+    handle2 = idist.spawn(launch_fns.sleeper, (str(marker),), 2, False)
+    pids = wait_markers(marker, 2)
+    assert handle2.join(timeout=0.2) is False and not handle2.done()
+    with pytest.raises(LaunchError, match="still running"):
+        _ = handle2.results
+    handle2.terminate()
+    assert wait_gone(pids, timeout=1.0) == [] and handle2.done()
+
+
+def test_handle_context_manager_stops_ranks_on_an_exception(tmp_path: Path) -> None:
+    marker = tmp_path / "pid"
+    with pytest.raises(KeyboardInterrupt):
+        with idist.spawn(launch_fns.sleeper, args=(str(marker),), nprocs=2, join=False):
+            pids = wait_markers(marker, 2)
+            raise KeyboardInterrupt
+    assert wait_gone(pids, timeout=1.0) == []
+
+
+def test_ctrl_c_in_the_parent_stops_every_rank(tmp_path: Path) -> None:
+    marker = tmp_path / "pid"
+    parent = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "spawn_sleepers.py"), str(marker), "2"],
+        env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        pids = wait_markers(marker, 2)
+        parent.send_signal(signal.SIGINT)
+        _, err = parent.communicate(timeout=60)
+        assert parent.returncode in (130, -signal.SIGINT), err
+        assert "KeyboardInterrupt" in err
+        assert wait_gone(pids, timeout=1.0) == []
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_a_parent_killed_with_sigkill_leaves_no_orphans(tmp_path: Path) -> None:
+    marker = tmp_path / "pid"
+    parent = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "spawn_sleepers.py"), str(marker), "2"],
+        env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        pids = wait_markers(marker, 2)
+        parent.kill()
+        parent.wait()
+        assert wait_gone(pids, timeout=10.0) == []  # the ranks' watchdog polls every 0.5 s
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_two_launches_at_the_same_moment_both_pass() -> None:
+    results: dict[str, Any] = {}
+
+    def launch(tag: str) -> None:
+        try:
+            results[tag] = idist.spawn(launch_fns.report, args=(tag,), nprocs=2)
+        except BaseException as e:
+            results[tag] = e
+
+    threads = [threading.Thread(target=launch, args=(t,)) for t in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(240)
+    a, b = results["a"], results["b"]
+    assert isinstance(a, list) and isinstance(b, list), results
+    assert [r["sum"] for r in a + b] == [3] * 4
+    assert a[0]["env"]["MASTER_PORT"] != b[0]["env"]["MASTER_PORT"]
+
+
+def test_the_reserved_port_is_held_during_the_launch_and_released_after(tmp_path: Path) -> None:
+    marker = tmp_path / "pid"
+    handle = idist.spawn(launch_fns.sleeper, args=(str(marker), 0.0), nprocs=1, join=False)
+    port = handle.master_port
+    assert port is not None
+    handle.join(timeout=120)
+    with socket.socket() as s:  # free again: binds without SO_REUSEADDR
+        s.bind(("127.0.0.1", port))
+
+
+def test_multi_node_on_one_host_forms_one_world_of_four() -> None:
+    with reserve_port() as reservation:
+        node0 = idist.spawn(
+            launch_fns.report, args=("n0",), nprocs=2, join=False, nnodes=2, node_rank=0, master_port=reservation.port
+        )
+        try:
+            node1 = idist.spawn(launch_fns.report, args=("n1",), nprocs=2, nnodes=2, node_rank=1,
+                                master_port=reservation.port)  # fmt: skip
+            node0.join(timeout=180)
+        finally:
+            node0.terminate()
+    out = node0.results + node1
+    assert [r["rank"] for r in out] == [0, 1, 2, 3]
+    for r in out:
+        assert (r["world_size"], r["nnodes"], r["nproc_per_node"]) == (4, 2, 2)
+        assert r["node_rank"] == r["rank"] // 2 and r["local_rank"] == r["rank"] % 2
+        assert r["env"]["GROUP_RANK"] == str(r["rank"] // 2) and r["env"]["NNODES"] == "2"
+        assert r["gathered"] == [0, 1, 2, 3] and r["sum"] == 10
+
+
+def _local_fn(local_rank: int) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: idist.spawn(launch_fns.add, args=(1,), nprocs=0), "at least 1"),
+        (lambda: idist.spawn(launch_fns.add, args=(1,), nprocs=2, nnodes=2, node_rank=2, master_port=1234),
+         "node_rank=2 is outside 0..1"),
+        (lambda: idist.spawn(launch_fns.add, args=(1,), nprocs=2, nnodes=2), "same master_addr= and master_port="),
+        (lambda: idist.spawn(launch_fns.add, args=(1,), master_port=70000), "1..65535"),
+        (lambda: idist.spawn(launch_fns.add, args=1), "args must be a tuple"),  # type: ignore[call-overload]
+        (lambda: idist.spawn(launch_fns.add, args=(1,), start_method="threads"), "start_method"),  # type: ignore[call-overload]
+        (lambda: idist.spawn("horovod", launch_fns.add, (1,)), "idist run --backend horovod"),  # type: ignore[call-overload]
+        (lambda: idist.spawn("mpi", launch_fns.add, (1,)), "mpirun"),
+        (lambda: idist.spawn(launch_fns.add, (1,), nprocs=2, nproc_per_node=3), "disagree"),  # type: ignore[call-overload]
+    ],
+)  # fmt: skip
+def test_arguments_that_cannot_work_raise_launch_config_error(call: Any, match: str) -> None:
+    with pytest.raises(LaunchConfigError, match=match) as info:
+        call()
+    assert isinstance(info.value, ValueError)
+
+
+def test_an_unpicklable_fn_says_how_to_fix_it() -> None:
+    with pytest.raises(LaunchError, match="module-level function"):
+        idist.spawn(lambda r: r, nprocs=1)
+    # a nested function is fine under fork (nothing to pickle)
+    if "fork" in __import__("multiprocessing").get_all_start_methods():
+
+        def nested(local_rank: int) -> int:
+            return local_rank + 5
+
+        assert idist.spawn(nested, nprocs=2, start_method="fork") == [5, 6]
+
+
+def test_env_of_the_parent_is_unchanged() -> None:
+    before = dict(os.environ)
+    idist.spawn(launch_fns.add, args=(0,), nprocs=1)
+    assert dict(os.environ) == before
