@@ -23,6 +23,8 @@ The shared logic lives here once; a backend context only answers two hooks
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import warnings
 from collections.abc import Iterator, Sized
 from itertools import islice
@@ -116,6 +118,15 @@ def auto_dataloader(ctx: DistContext, data: Dataset[T] | DataLoader[T], **kwargs
     return ctx._adapt_loader(loader)
 
 
+def _warn(message: str) -> None:
+    """A UserWarning attributed to the caller's line, not to idist's own frames."""
+    package = os.path.dirname(os.path.dirname(__file__))
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    warnings.warn(message, UserWarning, stacklevel=level)
+
+
 def _settings_of(loader: DataLoader[T]) -> tuple[Dataset[T], dict[str, Any]]:
     """The keyword arguments that rebuild ``loader`` (its sampler as shuffle= when standard)."""
     kw: dict[str, Any] = {
@@ -194,12 +205,10 @@ def _per_rank_batch(ctx: DistContext, kw: dict[str, Any]) -> tuple[int | None, i
     total = _positive_int("batch_size", kw.pop("batch_size"))
     b = max(1, total // world)
     if b * world != total:
-        warnings.warn(
+        _warn(
             f"batch_size={total} is the global batch and does not divide by the world size {world}: "
             f"each rank loads {b}, so the global batch is {b * world}; pass a multiple of {world}, "
-            "or per_rank_batch_size=",
-            UserWarning,
-            stacklevel=4,
+            "or per_rank_batch_size="
         )
     return b, b * world
 
@@ -232,11 +241,7 @@ def _build(ctx: DistContext, dataset: Any, kw: dict[str, Any]) -> AutoDataLoader
     if "batch_sampler" in kw:
         target = kw["batch_sampler"]
         if world > 1:
-            warnings.warn(
-                "a custom batch_sampler is used as it is: make sure it gives each rank its own batches",
-                UserWarning,
-                stacklevel=3,
-            )
+            _warn("a custom batch_sampler is used as it is: make sure it gives each rank its own batches")
     elif isinstance(dataset, IterableDataset):
         dataset = _iterable(dataset, ctx, shard_iterable, kw["num_workers"] if workers else 0)
     else:
@@ -272,11 +277,9 @@ def _sampler(
         raise TrainingSetupError("sampler= and shuffle=True exclude each other: shuffle inside the sampler")
     if isinstance(sampler, DistributedSampler):
         if (sampler.rank, sampler.num_replicas) != (rank, world):
-            warnings.warn(
+            _warn(
                 f"the DistributedSampler passed in has rank={sampler.rank}, num_replicas={sampler.num_replicas}, "
-                f"but this is rank {rank} of {world}: it is used as it is",
-                UserWarning,
-                stacklevel=4,
+                f"but this is rank {rank} of {world}: it is used as it is"
             )
         return sampler
     common: dict[str, Any] = {
@@ -294,12 +297,10 @@ def _sampler(
         made = ProxySampler(sampler, **common)
     if world > 1 and not drop_last and uneven_batches(made.total_size, world, b):
         first = -(-rank_count(made.total_size, world, 0) // (b or 1))
-        warnings.warn(
+        _warn(
             f"{made.length} samples with a global batch of {(b or 1) * world} leave a last batch smaller than "
             f"the world size: some ranks run {first} batches per epoch, others {first - 1}. Fine for evaluation; "
             "DDP training blocks on the extra step: pass drop_last=True, or even_batches=True to repeat "
-            f"{world - made.length % world} samples",
-            UserWarning,
-            stacklevel=4,
+            f"{world - made.length % world} samples"
         )
     return made
