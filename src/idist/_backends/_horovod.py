@@ -11,9 +11,10 @@ What differs from torch.distributed, and how this module bridges it:
   copied back, so the input is still the result.
 - Horovod has no AND/OR: bool tensors use MIN/MAX; integer tensors gather every rank's
   exact bytes and fold them in rank order (the same bits on every rank).
-- ADASUM runs natively where Horovod has an Adasum kernel (MPI or GPU builds); a
-  gloo-only CPU build has none (its background thread aborts with "No Adasum operation
-  enabled"), so there it is computed from the gathered tensors with Horovod's formula.
+- ADASUM runs natively where Horovod has an Adasum kernel (MPI or GPU builds). A
+  gloo-only build has none: the op fails on every rank with "No Adasum operation
+  enabled", and from then on this context computes it from the gathered tensors with
+  Horovod's formula (pairwise, neighbours first, dot products in float64).
 - Groups are Horovod process sets (``hvd.add_process_set``, collective: every rank that
   calls a collective with a new group registers it, members or not). Every op carries an
   explicit name keyed by its process set and a per-set counter: Horovod matches ops by
@@ -33,11 +34,13 @@ import attrs
 import torch
 
 from .. import _codec, _exchange
-from .._context import DistContext
+from .._context import DistContext, Group
 from .._errors import (
     AlreadyInitializedError,
     BackendUnavailableError,
     CollectiveInputError,
+    CollectiveTimeoutError,
+    PeerLostError,
     UnsupportedOpError,
 )
 from .._types import COMMON_OPS, GroupArg, HorovodReduceOp
@@ -97,14 +100,27 @@ def _op_code(op: str) -> int:
     }[op]
 
 
-def _mismatch(exc: Exception, what: str) -> Exception:
-    """Map Horovod's "Mismatched ..." coordinator errors (raised on every rank) to ours."""
-    text = str(exc)
+def _map_error(exc: Exception, what: str) -> None:
+    """Raise Horovod's errors that idist has a type for as that type (from the original).
+
+    "Mismatched ..." comes from Horovod's coordinator on every rank alike; "has been shut
+    down" is what a rank blocked in a collective gets when a peer raised or exited.
+    """
+    text = str(exc).strip()
     if "ismatched" in text:
-        return CollectiveInputError(
-            f"{what}: ranks passed different tensors ({text.strip()}); pass the same shape and dtype on every rank"
-        )
-    return exc
+        raise CollectiveInputError(
+            f"{what}: ranks passed different tensors ({text}); pass the same shape and dtype on every rank"
+        ) from exc
+    if "has been shut down" in text:
+        raise PeerLostError(
+            f"{what}: Horovod shut down while this rank waited in the collective: another rank raised or "
+            f"exited (its traceback is in the launcher's log). Horovod said: {text.splitlines()[0]}"
+        ) from exc
+    if "imed out" in text or "timeout" in text.lower():
+        raise CollectiveTimeoutError(
+            f"{what}: Horovod timed out waiting for the other ranks ({text.splitlines()[0]}); "
+            "raise the timeout with initialize('horovod', timeout=seconds) or horovodrun --gloo-timeout-seconds"
+        ) from exc
 
 
 @attrs.define(eq=False)
@@ -126,7 +142,8 @@ class HorovodComm:
         try:
             out = hvd.synchronize(hvd.allgather_async(buf, name=name, process_set=self.process_set))
         except hvd.HorovodInternalError as exc:
-            raise _mismatch(exc, "all_gather") from exc
+            _map_error(exc, "all_gather")
+            raise
         assert out is not None
         return out
 
@@ -141,7 +158,8 @@ class HorovodComm:
         try:
             hvd.synchronize(hvd.broadcast_async_(raw, self.ranks[src], name=name, process_set=self.process_set))
         except hvd.HorovodInternalError as exc:
-            raise _mismatch(exc, "broadcast") from exc
+            _map_error(exc, "broadcast")
+            raise
         if work is not t:
             t.copy_(work)
 
@@ -152,12 +170,17 @@ class HorovodComm:
         try:
             hvd.synchronize(hvd.allreduce_async_(work, name=name, op=_op_code(op), process_set=self.process_set))
         except hvd.HorovodInternalError as exc:
-            raise _mismatch(exc, "all_reduce") from exc
+            _map_error(exc, "all_reduce")
+            raise
         if work is not t:
             t.copy_(work)
 
     def barrier(self) -> None:
-        hvd.barrier(process_set=self.process_set)
+        try:
+            hvd.barrier(process_set=self.process_set)
+        except hvd.HorovodInternalError as exc:
+            _map_error(exc, "barrier")
+            raise
 
 
 _FOLDS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
@@ -172,6 +195,17 @@ _FOLDS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 
 def _fold_tensors(op: str, tensors: list[torch.Tensor]) -> torch.Tensor:
     """Exact rank-order fold for what Horovod cannot reduce natively."""
+    dtype = tensors[0].dtype
+    if dtype == torch.uint64:
+        # torch has few uint64 kernels: fold the same bits as int64; flipping the top bit
+        # maps unsigned order onto signed order for MIN/MAX.
+        flip = op in ("MIN", "MAX")
+        top = torch.tensor(-(2**63), dtype=torch.int64)
+        signed = [t.contiguous().view(torch.int64) ^ top if flip else t.contiguous().view(torch.int64) for t in tensors]
+        acc = _fold_tensors(op, signed)
+        return (acc ^ top if flip else acc).view(torch.uint64)
+    if dtype in (torch.uint16, torch.uint32):
+        return _fold_tensors(op, [t.to(torch.int64) for t in tensors]).to(dtype)
     acc = tensors[0].clone()
     for t in tensors[1:]:
         acc = _FOLDS[op](acc, t)
@@ -207,6 +241,8 @@ class HorovodContext(DistContext):
     _world: HorovodComm = attrs.field(repr=False, alias="_world")
     #: True when this context called hvd.init() and must call hvd.shutdown() on close
     _owns_init: bool = attrs.field(repr=False, default=False, alias="_owns_init")
+    #: device types on which Horovod said it has no Adasum kernel (mutable cache)
+    _no_native_adasum: dict[str, bool] = attrs.field(repr=False, factory=dict, alias="_no_native_adasum")
 
     # ----------------------------------------------------------- backend hooks
     def _world_comm(self) -> HorovodComm:
@@ -310,6 +346,13 @@ class HorovodContext(DistContext):
             return self._adasum(x, group)
         return super().all_reduce(x, op, group)  # type: ignore[call-overload]
 
+    def _group_ranks(self, group: object) -> tuple[int, ...]:
+        if isinstance(group, Group):
+            return group.ranks
+        if isinstance(group, hvd.ProcessSet):
+            return tuple(group.ranks or ())
+        return self._check_ranks(group)
+
     def _adasum(self, x: object, group: GroupArg) -> object:
         if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point:
             what = f"{x.dtype} tensors" if isinstance(x, torch.Tensor) else type(x).__name__
@@ -317,18 +360,23 @@ class HorovodContext(DistContext):
                 f"op 'ADASUM' is not valid for {what}; it combines floating-point tensors (gradients). "
                 "Use SUM or AVERAGE here"
             )
-        comm = self._comm(group)
-        if comm is None:
-            return x
-        n = len(comm.ranks)
-        if comm is not self._world:
+        if group is not None and self._group_ranks(group) != tuple(range(self.world_size)):
+            # decided on every rank alike, members or not
             raise UnsupportedOpError("op 'ADASUM' works on all ranks only (Horovod has no Adasum for process sets)")
+        self._check_open()
+        n = self.world_size
         if n & (n - 1):
             raise UnsupportedOpError(f"op 'ADASUM' needs a power-of-two number of ranks, this world has {n}")
-        if hvd.mpi_enabled() or (x.device.type == "cuda" and hvd.nccl_built()):
-            self._world.allreduce(x, "ADASUM")
-        else:
-            x.copy_(adasum_tree(self._gather_same_shape(x, self._world, "ADASUM")))
+        if self._no_native_adasum.get(x.device.type) is None:
+            try:
+                self._world.allreduce(x, "ADASUM")
+                return x
+            except hvd.HorovodInternalError as exc:
+                # raised on every rank alike, so every rank switches to the emulation
+                if "No Adasum operation" not in str(exc):
+                    raise
+                self._no_native_adasum[x.device.type] = True
+        x.copy_(adasum_tree(self._gather_same_shape(x, self._world, "ADASUM")))
         return x
 
 
