@@ -90,3 +90,10 @@ def add(local_rank: int, x: int) -> int:
 def current_kind(local_rank: int, scale: int = 1) -> tuple[str, int, int, int]:
     ctx = idist.current()
     return (type(ctx).__name__, ctx.rank, ctx.world_size, local_rank * scale)
+
+
+def raise_in_context(local_rank: int, bad_rank: int) -> None:
+    """ignite's form: rank ``bad_rank`` raises, the others wait in a barrier."""
+    if idist.get_rank() == bad_rank:
+        raise ValueError(f"boom from rank {bad_rank}")
+    idist.barrier()

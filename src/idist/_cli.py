@@ -31,12 +31,15 @@ USAGE_ERROR = 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="idist", description="Launch and inspect idist distributed jobs.")
+    p = argparse.ArgumentParser(
+        prog="idist", description="Launch and inspect idist distributed jobs.", allow_abbrev=False
+    )
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
         "run",
         help="run a script on N ranks per node",
         description="Run a script on N ranks per node; each output line is prefixed with its rank.",
+        allow_abbrev=False,
     )
     run.add_argument("-n", "--nproc-per-node", "--nprocs", dest="nproc", type=int, default=1, help="ranks per node")
     run.add_argument("--nnodes", type=int, default=1, help="number of nodes (default 1)")
@@ -95,7 +98,7 @@ def _torchrun_argv(a: argparse.Namespace, log_dir: str) -> list[str]:
         argv += ["--master-addr", a.master_addr or "127.0.0.1", "--master-port", str(a.master_port)]
     if a.module:
         argv.append("--module")
-    return [*argv, a.script, *a.args]
+    return [*argv, a.script]
 
 
 def _run_native(a: argparse.Namespace) -> int:
@@ -107,6 +110,9 @@ def _run_native(a: argparse.Namespace) -> int:
     log_dir = tempfile.mkdtemp(prefix="idist-run-")
     try:
         args = parse_args(_torchrun_argv(a, log_dir))  # type: ignore[no-untyped-call]
+        # The script's own arguments bypass torch's parser, which would take any of them
+        # that abbreviates one of its options (--nproc, --node...).
+        args.training_script_args = list(a.args)
         config, cmd, cmd_args = config_from_args(args)
         config.log_line_prefix_template = "[rank${rank}]:"
         try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, final
 
 from .. import _stack
 from .._context import DistContext
@@ -42,6 +42,7 @@ def _default_spawn_backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
+@final
 class Parallel:
     """Run a function distributed, whether or not a launcher started this process.
 

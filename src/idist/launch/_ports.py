@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import socket
 from types import TracebackType
+from typing import final
 
 from .._errors import LaunchError
 
 LOOPBACK = "127.0.0.1"
 
 
+@final
 class PortReservation:
     """A bound, not listening socket holding ``port`` for one launch; close to release."""
 

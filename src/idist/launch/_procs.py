@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from types import TracebackType
-from typing import Any, Generic, Literal, TypeAlias, TypeVar, cast
+from typing import Any, Generic, Literal, TypeAlias, TypeVar, cast, final
 
 import attrs
 
@@ -130,6 +130,7 @@ class _Failure:
     traceback: str | None
 
 
+@final
 class SpawnHandle(Generic[R]):
     """The running ranks of one ``spawn(..., join=False)``.
 

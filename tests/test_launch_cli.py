@@ -1,0 +1,125 @@
+"""The idist CLI: `idist run` through torch.distributed.run, `idist info`, `python -m idist`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from idist.launch import reserve_port
+from launch_util import SCRIPTS, clean_env, run_py
+
+pytestmark = pytest.mark.timeout(300)
+REPORT = str(SCRIPTS / "report.py")
+
+
+def _reports(stdout: str) -> list[tuple[str, dict[str, Any]]]:
+    """(prefix, JSON) for every line of the form ``[rankN]:{...}``."""
+    out = []
+    for line in stdout.splitlines():
+        prefix, sep, rest = line.partition(":")
+        if sep and rest.startswith("{"):
+            out.append((prefix, json.loads(rest)))
+    return sorted(out, key=lambda pr: pr[1]["rank"])
+
+
+def test_run_prefixes_every_line_with_its_rank_and_passes_arguments(tmp_path: Path) -> None:
+    env = clean_env(TMPDIR=str(tmp_path))
+    proc = run_py(["-m", "idist", "run", "-n", "2", REPORT, "a", "--", "b"], env=env)
+    assert proc.returncode == 0, proc.stderr
+    reports = _reports(proc.stdout)
+    assert [p for p, _ in reports] == ["[rank0]", "[rank1]"]
+    for rank, (_, r) in enumerate(reports):
+        assert (r["rank"], r["world_size"], r["local_rank"], r["launcher"]) == (rank, 2, rank, "torchrun")
+        assert r["args"] == ["a", "b"] and r["gathered"] == [0, 1] and r["sum"] == 3
+    assert list(tmp_path.iterdir()) == []  # the tee'd logs are removed
+
+
+@pytest.mark.parametrize(("how", "status", "says"), [("exit7", 7, "exited with code 7"),
+                                                     ("sigkill", 128 + 9, "was killed by SIGKILL")])  # fmt: skip
+def test_run_exits_with_the_status_of_the_first_failing_rank(how: str, status: int, says: str) -> None:
+    proc = run_py(["-m", "idist", "run", "-n", "2", REPORT, "--fail-rank", "1", "--how", how])
+    assert proc.returncode == status, proc.stderr
+    assert f"idist run: rank 1 (local rank 1) {says}" in proc.stderr
+
+
+def test_run_multi_node_on_one_host_through_the_cli() -> None:
+    with reserve_port() as reservation:
+        port = str(reservation.port)
+        cmd = [sys.executable, "-m", "idist", "run", "-n", "2", "--nnodes", "2", "--master-port", port]
+        procs = [
+            subprocess.Popen([*cmd, "--node-rank", str(k), REPORT], env=clean_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for k in (0, 1)
+        ]  # fmt: skip
+        try:
+            outs = [p.communicate(timeout=240) for p in procs]
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
+    reports = _reports(outs[0][0] + outs[1][0])
+    assert [p for p, _ in reports] == ["[rank0]", "[rank1]", "[rank2]", "[rank3]"]
+    for rank, (_, r) in enumerate(reports):
+        assert (r["world_size"], r["nnodes"], r["node_rank"], r["local_rank"]) == (4, 2, rank // 2, rank % 2)
+        assert r["gathered"] == [0, 1, 2, 3] and r["sum"] == 10
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["-n", "0"], "-n must be at least 1"),
+        (["-n", "2", "--nnodes", "2"], "--master-port"),
+        (["-n", "2", "--nnodes", "2", "--node-rank", "2", "--master-port", "1234"], "--node-rank 2 is outside 0..1"),
+    ],
+)
+def test_run_refuses_a_topology_that_cannot_work(args: list[str], says: str) -> None:
+    proc = run_py(["-m", "idist", "run", *args, REPORT], timeout=60)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+
+
+def test_run_reports_a_missing_script() -> None:
+    proc = run_py(["-m", "idist", "run", "-n", "2", "no/such/script.py"], timeout=60)
+    assert proc.returncode == 2 and "no such script" in proc.stderr
+
+
+def test_horovod_without_horovodrun_says_how_to_install(tmp_path: Path) -> None:
+    env = clean_env(PATH=str(Path(sys.executable).parent) + os.pathsep + "/usr/bin:/bin")
+    if shutil.which("horovodrun", path=env["PATH"]):
+        pytest.skip("horovodrun is installed on this PATH")
+    proc = run_py(["-m", "idist", "run", "--backend", "horovod", "-n", "2", REPORT], timeout=60, env=env)
+    assert proc.returncode == 2 and "horovodrun" in proc.stderr
+
+
+def test_info_lists_backends_and_devices_without_a_launcher() -> None:
+    proc = run_py(["-m", "idist", "info"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "backends available: serial, gloo" in proc.stdout
+    assert "launcher: none detected" in proc.stdout
+    assert "devices:" in proc.stdout and "cpu" in proc.stdout
+
+
+def test_info_shows_the_detected_launcher_and_the_variables_that_decided_it() -> None:
+    env = clean_env(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29999")
+    proc = run_py(["-m", "idist", "info"], timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "launcher: torchrun" in proc.stdout
+    assert "rank 1 of 2" in proc.stdout and "RANK=1" in proc.stdout and "WORLD_SIZE=2" in proc.stdout
+    assert "MASTER_PORT=29999" in proc.stdout
+
+
+def test_the_console_script_is_installed_and_runs() -> None:
+    exe = Path(sys.executable).parent / "idist"
+    if not exe.exists():
+        pytest.skip(f"no console script at {exe}: reinstall with pip install -e .")
+    proc = subprocess.run([str(exe), "info"], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and "backends available" in proc.stdout, proc.stderr
+    proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and "run" in proc.stdout and "info" in proc.stdout

@@ -1,0 +1,54 @@
+"""Type tests for the launchers: checked by mypy (strict, warn_unused_ignores), never executed."""
+
+from __future__ import annotations
+
+from typing import assert_type
+
+import idist
+from idist import LaunchConfigError, LaunchError, Parallel, SpawnHandle
+
+
+def work(local_rank: int, scale: float) -> float:
+    return local_rank * scale
+
+
+def seed_form() -> None:
+    assert_type(idist.spawn(work, args=(2.0,), nprocs=2), list[float])
+    assert_type(idist.spawn(work, (2.0,), 2), list[float])
+    assert_type(idist.spawn(work, (2.0,), 2, True, False, "fork"), list[float])
+    assert_type(idist.spawn(work, (2.0,), 2, False), SpawnHandle[float])
+    assert_type(idist.spawn(work, args=(2.0,), nprocs=2, join=False), SpawnHandle[float])
+    assert_type(idist.spawn(work, (1.0,), 2, nnodes=2, node_rank=1, master_port=29400), list[float])
+    idist.spawn(work, (1.0,), 2, start_method="threads")  # type: ignore[call-overload]
+    idist.spawn(work, (1.0,), nprocs="2")  # type: ignore[call-overload]
+
+
+def ignite_form() -> None:
+    assert_type(idist.spawn("gloo", work, (2.0,), nproc_per_node=2), list[float])
+    assert_type(idist.spawn("gloo", work, (2.0,), None, 2, 1, 0, None, None, None), list[float])
+    assert_type(idist.spawn("nccl", work, (2.0,), kwargs_dict={}, join=False), SpawnHandle[float])
+    idist.spawn("horovod", work, (2.0,))  # type: ignore[call-overload]
+
+
+def handle(h: SpawnHandle[float]) -> None:
+    assert_type(h.join(timeout=1.0), bool)
+    assert_type(h.results, list[float])
+    h.terminate()
+    with h as same:
+        assert_type(same, SpawnHandle[float])
+
+
+def parallel() -> None:
+    with Parallel(backend="gloo", nproc_per_node=2) as p:
+        assert_type(p, Parallel)
+        assert_type(p.run(work, 2.0), list[float])
+    assert_type(Parallel(nprocs=2).run(work, scale=1.0), list[float])
+
+
+def errors(e: LaunchError, c: LaunchConfigError) -> None:
+    assert_type(e.rank, int | None)
+    assert_type(e.traceback, str | None)
+    assert_type(e.signal_name, str | None)
+    err: ValueError = c
+    rt: RuntimeError = e
+    del err, rt
