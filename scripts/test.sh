@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh
+bash scripts/setup-system.sh  # mpirun and slurm for the launcher tests (skip if impossible)
 PY=.venv/bin/python
 export PYTHONHASHSEED=0
 
