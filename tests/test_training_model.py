@@ -82,3 +82,14 @@ def test_optimizer_unchanged_on_serial_and_native() -> None:
         return ctx.auto_optim(o) is o
 
     assert on_ranks(2, run) == [True, True]
+
+
+def test_ddp_frees_its_reducer_before_its_group() -> None:
+    """The group outlives the Reducer when the model is freed (see wrap_ddp): no exit hang."""
+    from idist.training._model import KEEPALIVE
+
+    def run(ctx: idist.DistContext) -> list[str]:
+        return list(vars(ctx.auto_model(nn.Linear(2, 2))))
+
+    for names in on_ranks(2, run):
+        assert names.index(KEEPALIVE) > names.index("reducer")

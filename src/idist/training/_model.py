@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("idist.training")
 
+#: attribute of a DDP from auto_model holding its group past its Reducer (see wrap_ddp)
+KEEPALIVE = "_idist_process_group"
+
 #: a model wrapped in one of these is returned as it is
 WRAPPERS: tuple[type[nn.Module], ...] = (DistributedDataParallel, DataParallel)
 
@@ -88,7 +91,14 @@ def wrap_ddp(ctx: NativeContext, model: nn.Module, sync_bn: bool, kwargs: dict[s
     if ctx.device.type == "cuda":
         kwargs["device_ids"] = [ctx.device.index]
     logger.info("auto_model: DistributedDataParallel on rank %d/%d (%s)", ctx.rank, ctx.world_size, ctx.device)
-    return DistributedDataParallel(model, process_group=group, **kwargs)
+    ddp = DistributedDataParallel(model, process_group=group, **kwargs)
+    # Hang at exit otherwise: if the C++ Reducer drops the last reference to a gloo group
+    # (model freed after finalize), ~ProcessGroupGloo joins its worker threads while
+    # holding the GIL, and a worker that is freeing a finished Work waits for the GIL.
+    # An attribute set after ``reducer`` is freed after it, through torch's Python
+    # wrapper, whose destructor releases the GIL.
+    ddp.__dict__[KEEPALIVE] = group
+    return ddp
 
 
 def torch_group(ctx: NativeContext) -> dist.ProcessGroup:

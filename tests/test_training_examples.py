@@ -1,0 +1,79 @@
+"""The training examples run: 1 process, and 2 gloo ranks under torchrun.
+
+The digits example also proves resume: 3 epochs straight and 2 epochs + a resumed third
+end with the same weights (the loader's epoch is restored with the checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+
+
+def run(args: list[str], timeout: float = 240) -> str:
+    """Run to completion; on a timeout kill the whole process group (torchrun and its ranks)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"{args} timed out after {timeout}s:\n{out}\n{err}") from None
+    assert proc.returncode == 0, f"{args} failed ({proc.returncode}):\n{out}\n{err}"
+    return out
+
+
+@pytest.mark.timeout(300)
+def test_basic_setup_runs_as_one_process() -> None:
+    out = run([sys.executable, str(EXAMPLES / "basic_setup.py")])
+    losses = [float(line.split("loss ")[1].split()[0]) for line in out.splitlines() if line.startswith("epoch")]
+    assert len(losses) == 3 and losses[-1] < losses[0] / 10
+    assert "(1 process(es), None)" in out
+
+
+@pytest.mark.timeout(300)
+def test_multi_gpu_ddp_example_on_two_gloo_ranks() -> None:
+    out = run([*TORCHRUN, str(EXAMPLES / "multi_gpu_ddp.py")])
+    assert "on 2 rank(s) (gloo, cpu)" in out
+    assert "weights identical on all ranks: True" in out
+
+
+@pytest.mark.timeout(300)
+def test_ignite_trainer_example_on_two_gloo_ranks() -> None:
+    out = run([*TORCHRUN, str(EXAMPLES / "ignite_trainer.py"), "--min-accuracy", "0.8"])
+    assert out.count("val accuracy") == 3  # printed by rank 0 only
+
+
+@pytest.mark.timeout(600)
+def test_train_digits_trains_checkpoints_and_resumes(tmp_path: Path) -> None:
+    script = str(EXAMPLES / "train_digits.py")
+    straight, split = tmp_path / "straight.pt", tmp_path / "split.pt"
+    metrics = tmp_path / "metrics.json"
+    out = run([*TORCHRUN, script, "--epochs", "3", "--checkpoint", str(straight), "--metrics-out", str(metrics)])
+    assert "NativeContext world_size=2: global batch 64 (32 per rank)" in out
+    history = json.loads(metrics.read_text())
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+    assert history[-1]["train_loss"] < history[0]["train_loss"] and history[-1]["test_acc"] > 0.85
+    run([*TORCHRUN, script, "--epochs", "2", "--checkpoint", str(split)])
+    assert torch.load(split)["epoch"] == 2
+    resumed = run([*TORCHRUN, script, "--epochs", "3", "--checkpoint", str(split), "--resume"])
+    assert "epochs 3..3" in resumed and "epoch 1:" not in resumed
+    a, b = torch.load(straight), torch.load(split)
+    assert a["epoch"] == b["epoch"] == 3
+    for name, tensor in a["model"].items():
+        torch.testing.assert_close(b["model"][name], tensor, rtol=0, atol=1e-6)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json", "split.pt", "straight.pt"]  # no temp left
