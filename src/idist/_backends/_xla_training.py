@@ -1,0 +1,152 @@
+"""auto_model / auto_optim / auto_dataloader on XLA: what ``XlaContext``'s training hooks do.
+
+- ``auto_model``: the shared helper has moved the model to the XLA device; with several
+  replicas every rank then starts from rank 0's parameters and buffers (one exact
+  broadcast of all of them, after the ranks agreed on names, dtypes and shapes).
+- ``auto_optim``: the same optimizer object whose ``step()`` first averages the gradients
+  over the replicas, as ``xm.optimizer_step`` does: ``xm.reduce_gradients`` (lazy, part of
+  the step's program) on TPU/GPU; on the multi-thread XLA CPU device, one in-turn
+  ``all_reduce`` per gradient dtype (see ``_xla``), so no later graph holds a collective.
+- ``auto_dataloader``: the loader's batches arrive on the XLA device through torch_xla's
+  ``MpDeviceLoader`` (background upload; it steps the graph once per batch).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+from torch import nn
+
+from .. import _codec
+from .._errors import TrainingSetupError
+from ..training._dataloader import AutoDataLoader
+
+if TYPE_CHECKING:
+    from ._xla import XlaContext
+
+T = TypeVar("T")
+OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
+
+logger = logging.getLogger("idist.training")
+
+#: attribute set on an optimizer whose step() auto_optim already wrapped
+WRAPPED = "_idist_xla_step"
+
+
+def _agree(ctx: XlaContext, what: str, mine: object) -> None:
+    seen = ctx.all_gather(mine)
+    differ = [r for r, s in enumerate(seen) if s != seen[0]]
+    if differ:
+        raise TrainingSetupError(
+            f"{what} differs between ranks (rank 0 vs ranks {differ}): build the same model and optimizer "
+            "on every rank before auto_model / auto_optim"
+        )
+
+
+def wrap_model(ctx: XlaContext, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
+    """The model itself, on the XLA device, holding rank 0's parameters and buffers."""
+    if sync_bn:
+        raise TrainingSetupError(
+            "sync_bn=True on XLA: idist has no synchronized BatchNorm for XLA; drop sync_bn (each replica "
+            "normalizes its own batch) or average the statistics yourself"
+        )
+    if kwargs:
+        logger.info("auto_model on XLA: no wrapper is used, options %s ignored", sorted(kwargs))
+    if ctx.world_size == 1:
+        return model
+    state = model.state_dict(keep_vars=True)
+    layout = [(name, str(t.dtype), tuple(t.shape)) for name, t in state.items()]
+    _agree(ctx, "the model's parameters and buffers", layout)
+    tensors = [t for t in state.values() if t.numel() > 0]
+    if not tensors:
+        return model
+    with torch.no_grad():
+        flat = torch.cat([_codec.tensor_bytes(t.detach().cpu()) for t in tensors])
+        ctx._broadcast_tensor(flat, 0, ctx._world)
+        if ctx.rank != 0:
+            offset = 0
+            for t in tensors:
+                n = t.numel() * t.element_size()
+                value = flat[offset : offset + n].view(t.dtype).reshape(t.shape)
+                t.data.copy_(value.to(t.device))
+                offset += n
+    logger.info("auto_model: %d tensors from rank 0 on every XLA replica", len(tensors))
+    return model
+
+
+def _reduce_gradients(ctx: XlaContext, optimizer: torch.optim.Optimizer) -> None:
+    if ctx.world_size == 1:
+        return
+    if not ctx._ordered:
+        import torch_xla.core.xla_model as xm
+
+        xm.reduce_gradients(optimizer)
+        return
+    grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for g in grads:
+        by_dtype.setdefault(g.dtype, []).append(g)
+    # Every rank must run the same collectives: agree on what there is to reduce first.
+    _agree(ctx, "the optimizer's gradients (dtype, count)", sorted((str(d), len(v)) for d, v in by_dtype.items()))
+    for dtype in sorted(by_dtype, key=str):
+        group = by_dtype[dtype]
+        flat = torch.cat([g.detach().reshape(-1) for g in group])
+        ctx.all_reduce(flat, "AVERAGE" if dtype.is_floating_point else "SUM")
+        offset = 0
+        for g in group:
+            n = g.numel()
+            g.copy_(flat[offset : offset + n].reshape(g.shape))
+            offset += n
+
+
+def wrap_optimizer(ctx: XlaContext, optimizer: OptimizerT, kwargs: dict[str, Any]) -> OptimizerT:
+    """``optimizer`` itself; its ``step()`` averages the gradients over the replicas first."""
+    if kwargs:
+        raise TrainingSetupError(f"auto_optim on XLA takes no options, got {sorted(kwargs)}")
+    if getattr(optimizer, WRAPPED, False):
+        return optimizer
+    step: Callable[..., Any] = optimizer.step
+
+    @functools.wraps(step)
+    def reduced_step(*args: Any, **kw: Any) -> Any:
+        _reduce_gradients(ctx, optimizer)
+        return step(*args, **kw)
+
+    optimizer.step = reduced_step  # type: ignore[method-assign]
+    setattr(optimizer, WRAPPED, True)
+    return optimizer
+
+
+class _OnePass:
+    """One pass of an AutoDataLoader, as the plain iterable MpDeviceLoader reads."""
+
+    def __init__(self, loader: AutoDataLoader[Any]) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[Any]:
+        return AutoDataLoader.__iter__(self.loader)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+
+class XlaDeviceLoader(AutoDataLoader[T]):
+    """An ``AutoDataLoader`` whose batches arrive on the XLA device (``MpDeviceLoader``)."""
+
+    xla_device: torch.device
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        from torch_xla.distributed.parallel_loader import MpDeviceLoader
+
+        return iter(MpDeviceLoader(_OnePass(self), self.xla_device))
+
+
+def adapt_loader(ctx: XlaContext, loader: AutoDataLoader[T]) -> AutoDataLoader[T]:
+    loader.__class__ = XlaDeviceLoader
+    assert isinstance(loader, XlaDeviceLoader)
+    loader.xla_device = ctx.device
+    return loader

@@ -1,0 +1,211 @@
+"""``XlaWorld``: a runner whose ranks are the XLA CPU device threads of one process.
+
+torch_xla gives one process ``CPU_NUM_DEVICES`` XLA CPU devices and runs a replica per
+device thread (what ``xmp.spawn`` does on the CPU). This runner starts such a process
+once (``PJRT_DEVICE=CPU``), keeps one thread per device, each with its own
+``XlaContext`` from the public ``idist`` factory, and runs jobs ``fn(ctx, *args)`` on
+all of them. Jobs and results pickle, as for ``ProcessWorld``. A rank that fails or a
+run that overruns stops the process (a replica may be stuck in a collective); the next
+run starts a fresh one. Use it from the property suite with::
+
+    IDIST_PROPERTY_RUNNER="idist.testing._xla_world:XlaWorld@2" pytest properties
+
+It needs torch_xla (the XLA lane's venv, ``scripts/xla/setup-venv.sh``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection as mpc
+import os
+import pickle
+import queue
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from typing_extensions import TypeVarTuple, Unpack
+
+from .._context import DistContext
+from .._errors import LaunchEnvironmentError
+from ._errors import RankFailedError, WorldTimeoutError
+from ._processes import RemoteError, _pack
+
+R = TypeVar("R")
+Ts = TypeVarTuple("Ts")
+
+DEFAULT_TIMEOUT = 180.0
+#: seconds to import torch_xla and bring up the runtime (slow on a loaded machine)
+START_TIMEOUT = 300.0
+
+
+def _rank_thread(rank: int, device: Any, jobs: queue.Queue[Any], results: queue.Queue[Any], timeout: float) -> None:
+    import torch_xla
+
+    import idist
+    from idist._backends import _xla
+
+    torch_xla._XLAC._xla_set_default_device(device)
+    ctx = _xla.create("xla-tpu", timeout=timeout)
+    with idist.use(ctx):
+        while True:
+            job = jobs.get()
+            if job is None:
+                break
+            try:
+                fn, args = pickle.loads(job)
+                results.put((rank, _pack(True, fn(ctx, *args))))
+            except BaseException as exc:
+                note = "".join(traceback.format_exception(exc))
+                exc.add_note(f"--- traceback on XLA rank {rank} ---\n{note}")
+                results.put((rank, _pack(False, exc)))
+
+
+def _host(world_size: int, conn: mpc.Connection, timeout: float) -> None:
+    """The XLA process: one thread per device, jobs until told to stop."""
+    os.environ["PJRT_DEVICE"] = "CPU"
+    os.environ["CPU_NUM_DEVICES"] = str(world_size)
+    # torch_xla runs each device's program on its own thread pool; a collective parks one
+    # thread per device until all arrive, so the pool must outnumber the devices.
+    os.environ.setdefault("XLA_THREAD_POOL_SIZE", str(4 * world_size + 8))
+    try:
+        import torch_xla.core.xla_model as xm
+        from torch_xla._internal import pjrt
+
+        pjrt.initialize_multiprocess(0, 1)
+        devices = xm.get_xla_supported_devices()
+        if len(devices) != world_size:
+            raise LaunchEnvironmentError(f"asked for {world_size} XLA CPU devices, the runtime has {devices}")
+        results: queue.Queue[Any] = queue.Queue()
+        queues: list[queue.Queue[Any]] = []
+        for rank, device in enumerate(devices):
+            jobs: queue.Queue[Any] = queue.Queue()
+            queues.append(jobs)
+            threading.Thread(
+                target=_rank_thread, args=(rank, device, jobs, results, timeout), daemon=True,
+                name=f"idist-xla-rank{rank}",
+            ).start()  # fmt: skip
+        conn.send("ready")
+    except BaseException as exc:
+        conn.send_bytes(_pack(False, exc))
+        return
+    try:
+        while True:
+            job = conn.recv_bytes()
+            if not job:
+                break
+            for q in queues:
+                q.put(job)
+            for _ in range(world_size):
+                rank, reply = results.get()
+                conn.send_bytes(pickle.dumps((rank, reply)))
+    except (EOFError, OSError):
+        pass
+    finally:
+        for q in queues:
+            q.put(None)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+class XlaWorld:
+    """``world_size`` XLA CPU device threads in one process, reused between runs (a ``Runner``)."""
+
+    def __init__(self, world_size: int, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise LaunchEnvironmentError(f"world_size must be an int >= 1, got {world_size!r}")
+        self.world_size = world_size
+        self.timeout = float(timeout)
+        self._proc: Any = None
+        self._conn: mpc.Connection | None = None
+
+    @property
+    def name(self) -> str:
+        return f"xla@{self.world_size}"
+
+    def __repr__(self) -> str:
+        return f"XlaWorld(world_size={self.world_size}, timeout={self.timeout:g})"
+
+    def start(self) -> mpc.Connection:
+        if self._conn is not None:
+            return self._conn
+        mp = multiprocessing.get_context("spawn")
+        parent, child = mp.Pipe()
+        proc = mp.Process(
+            target=_host, args=(self.world_size, child, self.timeout), name="idist-xla-world", daemon=True
+        )
+        proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+        try:
+            if not parent.poll(START_TIMEOUT):
+                raise WorldTimeoutError(tuple(range(self.world_size)), self.world_size, START_TIMEOUT, {})
+            raw = parent.recv_bytes()
+        except EOFError:
+            self.close()
+            raise RankFailedError(0, self.world_size, {0: RemoteError("the XLA process died while starting")}) from None
+        except BaseException:
+            self.close()
+            raise
+        value = pickle.loads(raw)
+        if value != "ready":
+            self.close()
+            exc: BaseException = value[1]
+            raise RankFailedError(0, self.world_size, {0: exc}) from exc
+        return parent
+
+    def run(self, fn: Callable[[DistContext, Unpack[Ts]], R], *args: Unpack[Ts]) -> list[R]:
+        """Call ``fn(ctx, *args)`` on every device thread; the results in rank order."""
+        conn = self.start()
+        results: dict[int, R] = {}
+        failures: dict[int, BaseException] = {}
+        try:
+            conn.send_bytes(pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL))
+            for _ in range(self.world_size):
+                if not conn.poll(self.timeout):
+                    unfinished = tuple(r for r in range(self.world_size) if r not in results and r not in failures)
+                    raise WorldTimeoutError(unfinished, self.world_size, self.timeout, failures)
+                try:
+                    rank, reply = pickle.loads(conn.recv_bytes())
+                except EOFError:
+                    dead = RemoteError(f"the XLA process died (exit code {self._exitcode()})")
+                    first = next(iter(failures), min(set(range(self.world_size)) - set(results)))
+                    failures.setdefault(first, dead)
+                    raise RankFailedError(first, self.world_size, failures) from failures[first]
+                ok, value = pickle.loads(reply)
+                if ok:
+                    results[rank] = value
+                else:
+                    failures[rank] = value
+            if failures:
+                first = next(iter(failures))
+                raise RankFailedError(first, self.world_size, failures) from failures[first]
+        except BaseException:
+            self.close()
+            raise
+        return [results[r] for r in range(self.world_size)]
+
+    def _exitcode(self) -> object:
+        if self._proc is None:
+            return None
+        self._proc.join(2.0)
+        return self._proc.exitcode
+
+    def close(self) -> None:
+        """Stop the XLA process. Safe to call twice."""
+        conn, proc = self._conn, self._proc
+        self._conn = self._proc = None
+        if conn is not None:
+            try:
+                conn.send_bytes(b"")
+            except OSError:
+                pass
+            conn.close()
+        if proc is not None:
+            proc.join(5.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
