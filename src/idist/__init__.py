@@ -17,6 +17,7 @@ from . import _backends, _stack
 from ._backends._horovod import HorovodContext
 from ._backends._native import NativeContext
 from ._backends._serial import SerialContext
+from ._backends._xla import XlaContext
 from ._context import DistContext, Group
 from ._errors import (
     AlreadyInitializedError,
@@ -26,9 +27,9 @@ from ._errors import (
     CollectiveTimeoutError,
     ContextClosedError,
     IdistError,
+    LaunchEnvironmentError,
     LeaderFailedError,
     PeerLostError,
-    LaunchEnvironmentError,
     ReduceOverflowError,
     TrainingSetupError,
     UnknownBackendError,
@@ -36,7 +37,7 @@ from ._errors import (
     UnsupportedValueError,
 )
 from ._stack import current, finalize, use
-from ._types import BackendName, GroupArg, HorovodBackend, NativeBackend, ReduceOp
+from ._types import BackendName, GroupArg, HorovodBackend, NativeBackend, ReduceOp, XlaBackend
 from .launch import LaunchConfigError, LaunchError, Parallel, SpawnHandle, spawn
 from .training import AutoDataLoader
 
@@ -62,6 +63,7 @@ __all__ = [
     "AutoDataLoader", "TrainingSetupError", "auto_dataloader", "auto_model", "auto_optim",
     "CollectiveMismatchError", "CollectiveTimeoutError", "LeaderFailedError", "PeerLostError",
     "any_rank_failed", "timeout",
+    "XlaContext",
 ]  # fmt: skip
 
 
@@ -74,6 +76,8 @@ def initialize(backend: Literal["serial"], **kwargs: Any) -> SerialContext: ...
 def initialize(backend: NativeBackend, **kwargs: Any) -> NativeContext: ...
 @overload
 def initialize(backend: HorovodBackend, **kwargs: Any) -> HorovodContext: ...
+@overload
+def initialize(backend: XlaBackend, **kwargs: Any) -> XlaContext: ...
 def initialize(backend: BackendName | None = None, **kwargs: Any) -> DistContext:
     """Create the process-wide default context and return it.
 
@@ -94,6 +98,8 @@ def context(backend: Literal["serial"], **kwargs: Any) -> AbstractContextManager
 def context(backend: NativeBackend, **kwargs: Any) -> AbstractContextManager[NativeContext]: ...
 @overload
 def context(backend: HorovodBackend, **kwargs: Any) -> AbstractContextManager[HorovodContext]: ...
+@overload
+def context(backend: XlaBackend, **kwargs: Any) -> AbstractContextManager[XlaContext]: ...
 def context(backend: BackendName | None = None, **kwargs: Any) -> AbstractContextManager[DistContext]:
     """``with idist.context("gloo") as ctx:`` creates a context, makes it current for the
     block (in this thread/task only) and finalizes it on exit, also on an exception."""
