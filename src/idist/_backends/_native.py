@@ -357,7 +357,9 @@ def create(
                     "set MASTER_ADDR and MASTER_PORT (or pass master_addr=/master_port=)"
                 )
             port = 0  # a free port: one process needs no peers to find it
-        store = TCPStore(addr, port, info.world_size, info.rank == 0, timeout=td)
+        # Under torchrun the agent already serves the store on MASTER_PORT: every rank is a client.
+        agent_store = info.launcher == "torchrun" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        store = TCPStore(addr, port, info.world_size, info.rank == 0 and not agent_store, timeout=td)
     dist.init_process_group(
         name, init_method=init_method, store=store, rank=info.rank, world_size=info.world_size, timeout=td
     )
