@@ -73,26 +73,62 @@ def as_bytes(buf: torch.Tensor) -> bytes:
     return ctypes.string_at(buf.data_ptr(), buf.numel())
 
 
+_string_at = ctypes.string_at
+_memmove = ctypes.memmove
+#: payloads up to this size are copied with one memmove; larger ones with torch (threads)
+_MEMMOVE_MAX = 1 << 20
+
+
+def _host(buf: torch.Tensor) -> torch.Tensor:
+    """``buf`` itself when its bytes can be read through ``data_ptr`` (CPU, contiguous)."""
+    return buf if buf.is_cpu and buf.is_contiguous() else buf.cpu().contiguous()
+
+
+def _plain(t: torch.Tensor) -> torch.Tensor:
+    """``t`` on the CPU with its lazy conjugate/negative bits applied, so its memory is its value."""
+    if not t.is_cpu:
+        t = t.cpu()
+    if t.is_conj() or t.is_neg():
+        t = t.resolve_conj().resolve_neg()
+    return t
+
+
 class Frame:
-    """One encoded value, not yet placed in a buffer."""
+    """One encoded value, not yet placed in a buffer.
+
+    ``payload`` is bytes or a CPU tensor whose memory is the payload (any dtype and
+    layout; ``nbytes`` counts its bytes).
+    """
 
     __slots__ = ("head", "nbytes", "payload")
 
     def __init__(self, head: bytes, payload: torch.Tensor | bytes) -> None:
         self.head = head
         self.payload = payload
-        n = payload.numel() if isinstance(payload, torch.Tensor) else len(payload)
+        n = payload.numel() * payload.element_size() if isinstance(payload, torch.Tensor) else len(payload)
         self.nbytes = len(head) + n
 
     def write(self, buf: torch.Tensor) -> None:
         """Write the frame at the start of ``buf`` (a CPU uint8 tensor at least ``nbytes`` long)."""
-        h = len(self.head)
-        buf[:h].copy_(torch.frombuffer(bytearray(self.head), dtype=torch.uint8))
+        if not (buf.is_cpu and buf.is_contiguous()):
+            # rare: go through a host copy
+            host = self.to_tensor()
+            buf[: self.nbytes].copy_(host)
+            return
+        head = self.head
+        h = len(head)
+        ptr = buf.data_ptr()
+        _memmove(ptr, head, h)
         p = self.payload
-        if isinstance(p, torch.Tensor):
-            buf[h : self.nbytes].copy_(p)
-        elif p:
-            buf[h : self.nbytes].copy_(torch.frombuffer(bytearray(p), dtype=torch.uint8))
+        n = self.nbytes - h
+        if not n:
+            return
+        if not isinstance(p, torch.Tensor):
+            _memmove(ptr + h, p, n)
+        elif n <= _MEMMOVE_MAX and p.is_contiguous():
+            _memmove(ptr + h, p.data_ptr(), n)
+        else:
+            buf[h : self.nbytes].copy_(tensor_bytes(p))
 
     def to_tensor(self) -> torch.Tensor:
         buf = torch.empty(self.nbytes, dtype=torch.uint8)
@@ -101,10 +137,12 @@ class Frame:
 
 
 def _head(tag: Tag, payload_len: int, code: int = 0, shape: tuple[int, ...] = ()) -> bytes:
-    start = aligned(HEADER + 8 * len(shape))
-    meta = _META.pack(start + payload_len, tag, code, len(shape))
-    dims = b"".join(_LEN.pack(d) for d in shape)
-    return meta + dims + bytes(start - HEADER - len(dims))
+    if not shape:
+        return _META.pack(HEADER + payload_len, tag, code, 0)
+    ndim = len(shape)
+    start = aligned(HEADER + 8 * ndim)
+    pad = start - HEADER - 8 * ndim
+    return struct.pack(f"<qBBB5x{ndim}q{pad}x", start + payload_len, tag, code, ndim, *shape)
 
 
 def _raw(tag: Tag, payload: bytes, code: int = 0) -> Frame:
@@ -122,8 +160,9 @@ def _tensor_code(t: torch.Tensor) -> int:
 
 
 def encode_tensor(t: torch.Tensor) -> Frame:
-    data = tensor_bytes(t.cpu() if t.device.type != "cpu" else t)
-    return Frame(_head(Tag.TENSOR, data.numel(), _tensor_code(t), tuple(t.shape)), data)
+    code = _tensor_code(t)
+    data = _plain(t)
+    return Frame(_head(Tag.TENSOR, data.numel() * data.element_size(), code, tuple(t.shape)), data)
 
 
 def tensor_header(t: torch.Tensor) -> Frame:
@@ -149,7 +188,13 @@ def encode(value: object, *, allow_pickle: bool = True) -> Frame:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return _raw(Tag.BYTES, bytes(value))
     if isinstance(value, PurePath):
-        return _raw(Tag.PATH, os.fsencode(value))
+        try:
+            return _raw(Tag.PATH, os.fsencode(value))
+        except UnicodeEncodeError as exc:  # a lone surrogate no file system can name
+            raise UnsupportedValueError(
+                f"cannot move path {str(value)!r}: the file system encoding cannot represent it ({exc.reason}); "
+                "send str(path) instead"
+            ) from exc
     if not allow_pickle:
         raise UnsupportedValueError(f"cannot move a value of type {type(value).__name__} here")
     try:
@@ -168,15 +213,21 @@ def encode_error(exc: IdistError) -> Frame:
 
 def frame_length(buf: torch.Tensor) -> int:
     """The length of the frame written at the start of ``buf`` (CPU uint8)."""
-    value: int = _LEN.unpack(as_bytes(buf[:8]))[0]
+    value: int = _LEN.unpack(_string_at(_host(buf).data_ptr(), 8))[0]
     return value
+
+
+def _read_head(ptr: int) -> tuple[int, int, int, tuple[int, ...]]:
+    """Length, tag, code and shape of the frame at address ``ptr``."""
+    length, tag, code, ndim = _META.unpack(_string_at(ptr, HEADER))
+    if not ndim:
+        return length, tag, code, ()
+    return length, tag, code, struct.unpack(f"<{ndim}q", _string_at(ptr + HEADER, 8 * ndim))
 
 
 def peek(buf: torch.Tensor) -> tuple[Tag, int, tuple[int, ...]]:
     """Tag, dtype/error code and shape of the frame at the start of ``buf``."""
-    _, tag, code, ndim = _META.unpack(as_bytes(buf[:HEADER]))
-    raw = as_bytes(buf[HEADER : HEADER + 8 * ndim])
-    shape = tuple(_LEN.unpack_from(raw, 8 * i)[0] for i in range(ndim))
+    _, tag, code, shape = _read_head(_host(buf).data_ptr())
     return Tag(tag), code, shape
 
 
@@ -184,32 +235,43 @@ def payload_start(ndim: int) -> int:
     return aligned(HEADER + 8 * ndim)
 
 
+_NONE, _BOOL, _INT, _FLOAT, _STR, _BYTES, _PATH, _TENSOR, _PICKLE, _ERROR = (
+    int(Tag.NONE), int(Tag.BOOL), int(Tag.INT), int(Tag.FLOAT), int(Tag.STR),
+    int(Tag.BYTES), int(Tag.PATH), int(Tag.TENSOR), int(Tag.PICKLE), int(Tag.ERROR),
+)  # fmt: skip
+
+
 def decode(buf: torch.Tensor) -> object:
-    """Decode the frame at the start of ``buf`` (CPU uint8). Errors are returned, not raised."""
-    tag, code, shape = peek(buf)
-    start = payload_start(len(shape))
-    body = buf[start : frame_length(buf)]
-    if tag is Tag.TENSOR:
+    """Decode the frame at the start of ``buf`` (CPU uint8). Errors are returned, not raised.
+
+    A tensor comes back as a view of ``buf``'s memory (no copy).
+    """
+    buf = _host(buf)
+    ptr = buf.data_ptr()
+    length, tag, code, shape = _read_head(ptr)
+    start = aligned(HEADER + 8 * len(shape))
+    if tag == _TENSOR:
         dtype = DTYPES[code]
-        if body.numel() == 0:
+        if length == start:
             return torch.empty(shape, dtype=dtype)
-        return body.view(dtype).reshape(shape)
-    raw = as_bytes(body)
-    if tag is Tag.NONE:
-        return None
-    if tag is Tag.BOOL:
-        return raw == b"\x01"
-    if tag is Tag.INT:
-        return int.from_bytes(raw, "little", signed=True)
-    if tag is Tag.FLOAT:
+        return buf[start:length].view(dtype).reshape(shape)
+    raw = _string_at(ptr + start, length - start) if length > start else b""
+    if tag == _FLOAT:
         value: float = _F64.unpack(raw)[0]
         return value
-    if tag is Tag.STR:
+    if tag == _INT:
+        return int.from_bytes(raw, "little", signed=True)
+    if tag == _STR:
         return raw.decode("utf-8", "surrogatepass")
-    if tag is Tag.BYTES:
+    if tag == _BOOL:
+        return raw == b"\x01"
+    if tag == _NONE:
+        return None
+    if tag == _BYTES:
         return raw
-    if tag is Tag.PATH:
+    if tag == _PATH:
         return Path(os.fsdecode(raw))
-    if tag is Tag.PICKLE:
+    if tag == _PICKLE:
         return pickle.loads(raw)
+    Tag(tag)  # an unknown tag raises ValueError here
     return ERROR_CODES.get(code, UnsupportedValueError)(raw.decode("utf-8", "replace"))

@@ -10,6 +10,7 @@ its length and a second round moves everything with a slot that fits.
 
 from __future__ import annotations
 
+import ctypes
 from typing import Protocol
 
 import torch
@@ -18,6 +19,8 @@ from ._codec import _LEN, Frame, decode, frame_length
 from ._errors import IdistError
 
 MIN_SLOT = 64
+_string_at = ctypes.string_at
+_memmove = ctypes.memmove
 
 
 class Comm(Protocol):
@@ -51,8 +54,17 @@ def _fill(frame: Frame, size: int) -> torch.Tensor:
     if frame.nbytes <= size:
         frame.write(buf)
     else:
-        buf[:8].copy_(torch.frombuffer(bytearray(_LEN.pack(frame.nbytes)), dtype=torch.uint8))
+        _memmove(buf.data_ptr(), _LEN.pack(frame.nbytes), 8)
     return buf
+
+
+def _lengths(out: torch.Tensor, size: int, n: int) -> list[int]:
+    """The frame length at the start of each of the ``n`` slots of ``out``."""
+    if not (out.is_cpu and out.is_contiguous()):
+        out = out.cpu().contiguous()
+    ptr = out.data_ptr()
+    unpack = _LEN.unpack
+    return [unpack(_string_at(ptr + r * size, 8))[0] for r in range(n)]
 
 
 def gather_frames(comm: Comm, frame: Frame) -> list[torch.Tensor]:
@@ -60,11 +72,13 @@ def gather_frames(comm: Comm, frame: Frame) -> list[torch.Tensor]:
     size = comm.slot
     out = comm.allgather_bytes(_fill(frame, size))
     n = len(comm.ranks)
-    longest = max(frame_length(out[r * size : r * size + 8]) for r in range(n))
+    longest = max(_lengths(out, size, n))
     if longest > size:
         size = _slot_for(longest)
         out = comm.allgather_bytes(_fill(frame, size))
     comm.slot = _slot_for(longest)
+    if n == 1:
+        return [out]
     return [out[r * size : (r + 1) * size] for r in range(n)]
 
 
