@@ -188,7 +188,7 @@ class DistContext:
     def _check_ranks(self, ranks: object) -> tuple[int, ...]:
         try:
             key = tuple(sorted({int(r) for r in ranks}))  # type: ignore[attr-defined]
-        except TypeError:
+        except (TypeError, ValueError):  # not iterable, or ranks like "a"
             raise CollectiveInputError(
                 f"group must be a list of global ranks or a group from new_group(), got {ranks!r}"
             ) from None
@@ -269,11 +269,12 @@ class DistContext:
         except IdistError as exc:
             frame = _codec.encode_error(exc)
         values = _exchange.decode_all(comm, _exchange.gather_frames(comm, frame), "all_gather")
-        if isinstance(x, torch.Tensor):
+        if isinstance(x, torch.Tensor) or any(isinstance(v, torch.Tensor) for v in values):
+            # also on the ranks that passed no tensor, so that every rank raises the mix
             return self._gathered_tensors(x, values, comm)
         return values
 
-    def _gathered_tensors(self, x: torch.Tensor, values: list[object], comm: Comm) -> list[torch.Tensor]:
+    def _gathered_tensors(self, x: object, values: list[object], comm: Comm) -> list[torch.Tensor]:
         if not all(isinstance(v, torch.Tensor) for v in values):
             kinds = {r: type(v).__name__ for r, v in zip(comm.ranks, values, strict=False)}
             raise CollectiveInputError(f"all_gather got a tensor on some ranks only: {kinds}")
@@ -283,7 +284,7 @@ class DistContext:
             raise CollectiveInputError(
                 f"all_gather needs the same dtype on every rank, got {dtypes}; cast with .to(dtype) before gathering"
             )
-        if x.device.type != "cpu":
+        if isinstance(x, torch.Tensor) and x.device.type != "cpu":
             tensors = [t.to(x.device) for t in tensors]
         return tensors
 

@@ -34,6 +34,7 @@ from .._errors import (
     BackendUnavailableError,
     CollectiveInputError,
     LaunchEnvironmentError,
+    UnsupportedValueError,
 )
 from .._guard import Guard, checked_from_env
 from .._launch_env import LaunchInfo, detect
@@ -65,6 +66,10 @@ class PGLike(Protocol):
     ) -> Work: ...
     def broadcast(self, tensors: list[torch.Tensor], opts: BroadcastOptions, /) -> Work: ...
     def barrier(self, opts: BarrierOptions = ..., /) -> Work: ...
+
+
+#: dtypes gloo has no kernels for (torch 2.13): broadcast moves their bytes, all_reduce refuses them
+_GLOO_MISSING = frozenset({torch.int16, torch.uint16, torch.uint32, torch.uint64})
 
 
 def _options(op: str, timeout: datetime.timedelta | None = None) -> AllreduceOptions:
@@ -209,6 +214,12 @@ class NativeContext(DistContext):
         return comms[key]  # type: ignore[return-value]
 
     def _allreduce_tensor(self, t: torch.Tensor, op: str, comm: Any) -> None:
+        if self.backend == "gloo" and t.dtype in _GLOO_MISSING:
+            # gloo fails these mid-call ("Invalid scalar type") and the group is lost: refuse first
+            raise UnsupportedValueError(
+                f"gloo cannot reduce {t.dtype} tensors; reduce a torch.int32/torch.int64 copy "
+                "(t.copy_(ctx.all_reduce(t.to(torch.int64), op))) instead"
+            )
         if op == "AVERAGE" and self.backend != "nccl":
             comm.allreduce(t, "SUM")
             t.div_(len(comm.ranks))
@@ -216,6 +227,13 @@ class NativeContext(DistContext):
         comm.allreduce(t, op)
 
     def _broadcast_tensor(self, t: torch.Tensor, src: int, comm: Any) -> None:
+        if self.backend == "gloo" and t.dtype in _GLOO_MISSING:
+            # a broadcast moves bits: send them as bytes, a dtype gloo has
+            work = t.contiguous()
+            comm.broadcast(work.reshape(-1).view(torch.uint8), src)
+            if work is not t:
+                t.copy_(work)
+            return
         comm.broadcast(t, src)
 
     def _barrier(self, comm: Any) -> None:

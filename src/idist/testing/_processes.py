@@ -1,0 +1,282 @@
+"""A pool of real gloo processes, started once and kept for many runs.
+
+Rank 0 opens the rendezvous store on a port the OS picks and tells the parent, which
+passes it on, so no port is ever guessed. Every rank then calls the public
+``idist.initialize("gloo", ...)``, the same path a user's script takes. A job is
+``fn(ctx, *args)``, pickled by reference, so ``fn`` must be importable (a module-level
+function); arguments and results must pickle. A rank that fails, dies or overruns ends the
+whole pool (its peers may be stuck in a collective); the next run starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import io
+import multiprocessing
+import multiprocessing.connection as mpc
+import os
+import pickle
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+import torch
+from typing_extensions import Self, TypeVarTuple, Unpack
+
+from .._context import DistContext
+from .._errors import IdistError, LaunchEnvironmentError
+from ._errors import RankFailedError, WorldTimeoutError
+
+R = TypeVar("R")
+Ts = TypeVarTuple("Ts")
+
+DEFAULT_TIMEOUT = 120.0
+#: seconds the other ranks get to finish after one failed, before the pool is stopped
+FAILURE_GRACE = 3.0
+#: seconds for every rank to import torch and join the group (slow on a loaded machine)
+START_TIMEOUT = 180.0
+
+
+class RemoteError(IdistError, RuntimeError):
+    """A rank's exception that could not be pickled back: its type name, message and traceback."""
+
+
+def _tensor_from(dtype: torch.dtype, shape: tuple[int, ...], data: bytes) -> torch.Tensor:
+    if not data:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(shape)
+
+
+class _Pickler(pickle.Pickler):
+    """Tensors travel as dtype, shape and raw bytes: torch's own pickling fails for some
+    dtypes (uint16/32/64 in torch 2.13) and would share memory through /dev/shm."""
+
+    def reducer_override(self, obj: object) -> Any:
+        if type(obj) is torch.Tensor:
+            flat = obj.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+            data = ctypes.string_at(flat.data_ptr(), flat.numel()) if flat.numel() else b""
+            return _tensor_from, (obj.dtype, tuple(obj.shape), data)
+        return NotImplemented
+
+
+def _dumps(obj: object) -> bytes:
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buf.getvalue()
+
+
+def _pack(ok: bool, value: object) -> bytes:
+    try:
+        return _dumps((ok, value))
+    except Exception as exc:
+        if ok:
+            value = exc
+        text = "".join(traceback.format_exception(value)) if isinstance(value, BaseException) else repr(value)
+        return _dumps((False, RemoteError(text)))
+
+
+def _worker(rank: int, world_size: int, conn: mpc.Connection, timeout: float) -> None:
+    """A pool process: join the group, then run jobs until told to stop."""
+    from torch._C._distributed_c10d import TCPStore
+
+    import idist
+
+    td = datetime.timedelta(seconds=max(timeout, START_TIMEOUT))
+    try:
+        if rank == 0:
+            store = TCPStore("127.0.0.1", 0, world_size, True, timeout=td, wait_for_workers=False)
+            conn.send(store.port)
+        else:
+            port = conn.recv()
+            store = TCPStore("127.0.0.1", port, world_size, False, timeout=td)
+        ctx = idist.initialize("gloo", rank=rank, world_size=world_size, store=store, timeout=timeout)
+        conn.send("ready")
+    except BaseException as exc:
+        conn.send_bytes(_pack(False, exc))
+        return
+    try:
+        while True:
+            job = conn.recv_bytes()
+            if not job:
+                break
+            try:
+                fn, args = pickle.loads(job)
+                reply = _pack(True, fn(ctx, *args))
+            except BaseException as exc:
+                exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None
+                note = "".join(traceback.format_exception(exc))
+                exc.add_note(f"--- traceback on rank {rank} ---\n{note}")
+                reply = _pack(False, exc)
+            conn.send_bytes(reply)
+    except (EOFError, OSError):
+        pass  # the parent went away
+    finally:
+        idist.finalize()
+        # Skip the interpreter's teardown of torch (seconds on a loaded machine): the
+        # group is finalized and this process holds nothing else worth flushing.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+class ProcessWorld:
+    """``world_size`` real processes on loopback, one gloo rank each, reused between runs.
+
+    ``run(fn, *args)`` calls ``fn(ctx, *args)`` in every process (``ctx`` is that process's
+    context, also the process default) and returns the results in rank order. A rank that
+    raises makes ``run`` raise ``RankFailedError`` naming it, chained to its exception
+    (with the remote traceback as a note); a run longer than ``timeout`` seconds raises
+    ``WorldTimeoutError``. Either way the processes are stopped and the next run starts
+    new ones. ``close()`` stops them; nothing is left behind.
+    """
+
+    def __init__(self, world_size: int, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise LaunchEnvironmentError(f"world_size must be an int >= 1, got {world_size!r}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.world_size = world_size
+        self.timeout = float(timeout)
+        self._procs: list[Any] = []
+        self._conns: list[mpc.Connection] = []
+
+    @property
+    def name(self) -> str:
+        return f"processes@{self.world_size}"
+
+    def __repr__(self) -> str:
+        return f"ProcessWorld(world_size={self.world_size}, timeout={self.timeout:g})"
+
+    def start(self) -> None:
+        """Start the processes and wait until every rank has joined the group."""
+        if self._procs:
+            return
+        ctx = multiprocessing.get_context("spawn")
+        try:
+            for rank in range(self.world_size):
+                parent, child = ctx.Pipe()
+                p = ctx.Process(
+                    target=_worker, args=(rank, self.world_size, child, self.timeout),
+                    name=f"idist-pool-rank{rank}", daemon=True,
+                )  # fmt: skip
+                p.start()
+                child.close()
+                self._procs.append(p)
+                self._conns.append(parent)
+            port = self._expect(0, time.monotonic() + START_TIMEOUT)
+            for conn in self._conns[1:]:
+                conn.send(port)
+            deadline = time.monotonic() + START_TIMEOUT
+            for rank in range(self.world_size):
+                self._expect(rank, deadline)
+        except BaseException:
+            self._kill()
+            raise
+
+    def _expect(self, rank: int, deadline: float) -> object:
+        conn = self._conns[rank]
+        if not conn.poll(max(0.0, deadline - time.monotonic())):
+            raise WorldTimeoutError((rank,), self.world_size, START_TIMEOUT, {})
+        try:
+            raw = conn.recv_bytes()
+        except EOFError:
+            raise RankFailedError(rank, self.world_size, {rank: self._died(rank)}) from None
+        value = pickle.loads(raw)
+        if isinstance(value, tuple) and value and value[0] is False:
+            exc: BaseException = value[1]
+            raise RankFailedError(rank, self.world_size, {rank: exc}) from exc
+        return value
+
+    def _died(self, rank: int) -> BaseException:
+        p = self._procs[rank]
+        p.join(1.0)
+        return RemoteError(f"process of rank {rank} died (exit code {p.exitcode})")
+
+    def run(self, fn: Callable[[DistContext, Unpack[Ts]], R], *args: Unpack[Ts]) -> list[R]:
+        """Call ``fn(ctx, *args)`` on every rank; the results in rank order."""
+        self.start()
+        job = _dumps((fn, args))
+        results: dict[int, R] = {}
+        failures: dict[int, BaseException] = {}
+        deadline = time.monotonic() + self.timeout
+        waiting = {conn: rank for rank, conn in enumerate(self._conns)}
+        try:
+            for conn in self._conns:
+                conn.send_bytes(job)
+            while waiting:
+                # after a failure, give the others a moment to finish: if they all do, no
+                # rank is stuck in a collective and the pool can stay
+                until = deadline if not failures else min(deadline, time.monotonic() + FAILURE_GRACE)
+                left = until - time.monotonic()
+                ready = mpc.wait(list(waiting), timeout=left) if left > 0 else []
+                if not ready:
+                    break
+                for got in ready:
+                    rank = waiting.pop(got)  # type: ignore[call-overload]
+                    ok, value = self._receive(rank)
+                    if ok:
+                        results[rank] = value  # type: ignore[assignment]
+                    else:
+                        failures[rank] = value  # type: ignore[assignment]
+        except BaseException:
+            self._kill()
+            raise
+        if waiting:
+            self._kill()  # those ranks may be stuck in a collective with a failed one
+            if not failures:
+                raise WorldTimeoutError(tuple(sorted(waiting.values())), self.world_size, self.timeout, {})
+        if failures:
+            rank = next(iter(failures))
+            raise RankFailedError(rank, self.world_size, failures) from failures[rank]
+        return [results[r] for r in range(self.world_size)]
+
+    def _receive(self, rank: int) -> tuple[bool, object]:
+        try:
+            raw = self._conns[rank].recv_bytes()
+        except EOFError:
+            return False, self._died(rank)
+        try:
+            ok, value = pickle.loads(raw)
+        except Exception as exc:
+            return False, RemoteError(f"rank {rank}'s reply could not be unpickled here: {exc!r}")
+        return bool(ok), value
+
+    def _kill(self) -> None:
+        procs, conns = self._procs, self._conns
+        self._procs, self._conns = [], []
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        for p in procs:
+            p.join(5.0)
+        for conn in conns:
+            conn.close()
+
+    def close(self) -> None:
+        """Stop the processes (each finalizes its group). Safe to call twice."""
+        procs, conns = self._procs, self._conns
+        self._procs, self._conns = [], []
+        for conn in conns:
+            try:
+                conn.send_bytes(b"")
+            except OSError:
+                pass
+        for p in procs:
+            p.join(10.0)
+            if p.is_alive():
+                p.kill()
+                p.join(5.0)
+        for conn in conns:
+            conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,64 @@
+"""pytest plugin: the ``simulated_world`` fixture (registered through the ``pytest11`` entry point).
+
+::
+
+    def test_mean(simulated_world):                  # 2 ranks by default
+        assert simulated_world.run(my_metric) == [1.5, 1.5]
+
+    @pytest.mark.simulated_world(4, timeout=30)      # 4 ranks, 30 s per run
+    def test_gather(simulated_world): ...
+
+    @pytest.mark.parametrize("simulated_world", [1, 2, 3], indirect=True)
+    def test_any_size(simulated_world): ...
+
+The fixture is a ``SimulatedWorld``: ``run(fn, *args)`` calls ``fn(ctx, *args)`` on every
+rank (threads with real gloo groups, each with its own current context) and returns the
+results in rank order. It is closed after the test. Nothing heavy is imported until a
+test asks for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from idist.testing import SimulatedWorld
+
+MARKER = "simulated_world"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(world_size=2, timeout=60.0): size and per-run timeout (seconds) of the simulated_world fixture",
+    )
+
+
+def _options(request: pytest.FixtureRequest) -> tuple[int, float]:
+    from idist.testing import DEFAULT_TIMEOUT
+
+    world_size: Any = 2
+    timeout: Any = DEFAULT_TIMEOUT
+    marker = request.node.get_closest_marker(MARKER)
+    if marker is not None:
+        world_size = marker.kwargs.get("world_size", marker.args[0] if marker.args else world_size)
+        timeout = marker.kwargs.get("timeout", marker.args[1] if len(marker.args) > 1 else timeout)
+    param = getattr(request, "param", None)
+    if param is not None:
+        world_size = param
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise pytest.UsageError(f"simulated_world: world_size must be an int >= 1, got {world_size!r}")
+    return world_size, float(timeout)
+
+
+@pytest.fixture
+def simulated_world(request: pytest.FixtureRequest) -> Iterator[SimulatedWorld]:
+    """A world of simulated ranks for this test (2 by default; see the module docstring)."""
+    from idist.testing import SimulatedWorld
+
+    world_size, timeout = _options(request)
+    with SimulatedWorld(world_size, timeout=timeout) as world:
+        yield world
