@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -27,6 +27,8 @@ _scoped: ContextVar[DistContext | None] = ContextVar("idist_current", default=No
 _lock = threading.Lock()
 _default: DistContext | None = None
 _adopted: DistContext | None = None
+#: the adopting backend's ``still_adopted`` (looked up once per adoption, not per call)
+_adopted_check: Callable[[DistContext], bool] | None = None
 _serial: SerialContext | None = None
 
 #: backend modules that can adopt a runtime the user started, keyed by the package that
@@ -35,10 +37,11 @@ _ADOPTERS = (("torch.distributed", "_native"), ("horovod.torch", "_horovod"), ("
 
 
 def _adopt() -> DistContext | None:
-    global _adopted
-    if _adopted is not None and not _adopted.closed and _backends.load(_adopted.backend).still_adopted(_adopted):
-        return _adopted
-    _adopted = None
+    global _adopted, _adopted_check
+    adopted, check = _adopted, _adopted_check
+    if adopted is not None and check is not None and not adopted.closed and check(adopted):
+        return adopted
+    _adopted = _adopted_check = None
     for package, module in _ADOPTERS:
         if package in sys.modules:
             try:
@@ -47,7 +50,7 @@ def _adopt() -> DistContext | None:
                 continue
             ctx: DistContext | None = mod.adopt()
             if ctx is not None:
-                _adopted = ctx
+                _adopted, _adopted_check = ctx, getattr(mod, "still_adopted", None)
                 return ctx
     return None
 
