@@ -24,8 +24,8 @@ _common = {
     "database": None,
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
 }
-settings.register_profile("idist", max_examples=30, **_common)  # type: ignore[arg-type]
-settings.register_profile("ci", max_examples=30, derandomize=True, print_blob=True, **_common)  # type: ignore[arg-type]
+settings.register_profile("idist", max_examples=40, **_common)  # type: ignore[arg-type]
+settings.register_profile("ci", max_examples=40, derandomize=True, print_blob=True, **_common)  # type: ignore[arg-type]
 settings.register_profile("thorough", max_examples=300, **_common)  # type: ignore[arg-type]
 settings.load_profile(os.environ.get("IDIST_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "idist"))
 

@@ -13,6 +13,7 @@ waiting for the group's timeout. The world is then rebuilt before the next run.
 
 from __future__ import annotations
 
+import atexit
 import contextvars
 import datetime
 import itertools
@@ -38,6 +39,20 @@ Ts = TypeVarTuple("Ts")
 #: seconds; a run (one call of ``fn`` on every rank) that takes longer fails
 DEFAULT_TIMEOUT = 60.0
 _worlds = itertools.count()
+
+
+#: seconds past its group's timeout that an abandoned rank thread gets to end at exit
+EXIT_GRACE = 5.0
+#: rank threads left running by a timed-out run, and when they should have ended
+_abandoned: list[tuple[threading.Thread, float]] = []
+
+
+@atexit.register
+def _join_abandoned() -> None:
+    # A thread still inside gloo when the interpreter exits makes the C++ runtime abort the
+    # process ("terminate called without an active exception"): let those calls time out.
+    for t, until in _abandoned:
+        t.join(max(0.0, until - time.monotonic()))
 
 
 def _pg_timeout(timeout: float) -> datetime.timedelta:
@@ -209,8 +224,11 @@ class SimulatedWorld:
         # Threads still inside ``fn`` cannot be stopped from outside; they are daemons, and
         # one blocked in a collective ends at its group's timeout (shorter than ours).
         ranks, self._ranks = self._ranks, []
+        until = time.monotonic() + _pg_timeout(self.timeout).total_seconds() + EXIT_GRACE
+        _abandoned[:] = [(t, u) for t, u in _abandoned if t.is_alive()]
         for t in ranks:
             t.jobs.put(None)
+            _abandoned.append((t, until))
 
     def close(self) -> None:
         """End every rank thread and release the process groups. Safe to call twice."""
