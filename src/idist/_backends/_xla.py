@@ -39,6 +39,7 @@ How XLA differs from torch.distributed, and how this module bridges it:
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import math
 import os
@@ -71,6 +72,9 @@ if TYPE_CHECKING:
 else:
     torch_xla = xm = xr = None  # the modules, once _load() ran
 
+#: torch_xla's C extension (``torch_xla._XLAC``, which torch_xla does not export)
+_C: Any = None
+
 T = TypeVar("T")
 TensorT = TypeVar("TensorT", bound=torch.Tensor)
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
@@ -95,7 +99,7 @@ _META: Final = "\x00idist-xla-all_reduce\x00"
 
 def _load() -> None:
     """Import torch_xla once (slow: it loads the XLA runtime library)."""
-    global torch_xla, xm, xr
+    global torch_xla, xm, xr, _C
     if xm is not None:
         return
     try:
@@ -105,6 +109,7 @@ def _load() -> None:
     except (ImportError, OSError) as exc:
         raise BackendUnavailableError(f"{INSTALL_HINT} ({type(exc).__name__}: {exc})") from exc
     torch_xla, xm, xr = txla, xla_model, runtime
+    _C = importlib.import_module("_XLAC")
 
 
 # ------------------------------------------------------------------ turnstile
@@ -217,7 +222,7 @@ class XlaContext(DistContext):
         if self._ordered and dev is t:
             # Its own graph has no collective, so any thread may compile it as it likes;
             # afterwards the collective's program only sees device data.
-            torch_xla._XLAC._xla_sync_multi([dev], devices=[], wait=False)
+            _C._xla_sync_multi([dev], devices=[], wait=False)
         return dev
 
     def _launch(self, tensors: list[torch.Tensor]) -> None:
@@ -225,11 +230,11 @@ class XlaContext(DistContext):
         if self._ordered:
             _turnstile(self.world_size).run(
                 self.rank,
-                lambda: torch_xla._XLAC._xla_sync_multi(tensors, devices=[], wait=False),
+                lambda: _C._xla_sync_multi(tensors, devices=[], wait=False),
                 self.turn_timeout,
             )
         else:
-            torch_xla._XLAC._xla_sync_multi(tensors, devices=[], wait=False)
+            _C._xla_sync_multi(tensors, devices=[], wait=False)
 
     def _materialize(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """Run the programs computing ``tensors`` now; their values on the CPU."""
@@ -238,7 +243,11 @@ class XlaContext(DistContext):
 
     def _world_sum(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """Element-wise SUM over every replica of the world (CPU results)."""
-        reduced = [xm.all_reduce("sum", self._prepare(t)) for t in tensors]
+        reduced: list[torch.Tensor] = []
+        for t in tensors:
+            out = xm.all_reduce("sum", self._prepare(t))
+            assert isinstance(out, torch.Tensor)
+            reduced.append(out)
         return self._materialize(reduced)
 
     # ----------------------------------------------------------- backend hooks
@@ -307,7 +316,7 @@ class XlaContext(DistContext):
 
     def _sync_device(self) -> None:
         self.step()
-        xm.wait_device_ops([str(d) for d in torch_xla._XLAC._xla_real_devices([str(self.device)])])
+        xm.wait_device_ops([str(d) for d in _C._xla_real_devices([str(self.device)])])
 
     def _close(self) -> None:
         self._state.comms.clear()
@@ -471,7 +480,7 @@ def adopt() -> XlaContext | None:
     if "torch_xla" not in sys.modules:
         return None
     _load()
-    if not torch_xla._XLAC._xla_runtime_is_initialized() or xr.world_size() < 2:
+    if not _C._xla_runtime_is_initialized() or xr.world_size() < 2:
         return None
     return _build("adopted torch_xla replica", DEFAULT_TURN_TIMEOUT)
 

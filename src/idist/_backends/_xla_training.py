@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -142,7 +142,8 @@ class XlaDeviceLoader(AutoDataLoader[T]):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         from torch_xla.distributed.parallel_loader import MpDeviceLoader
 
-        return iter(MpDeviceLoader(_OnePass(self), self.xla_device))
+        device_loader: Any = cast(Any, MpDeviceLoader)(_OnePass(self), self.xla_device)
+        return iter(device_loader)
 
 
 def adapt_loader(ctx: XlaContext, loader: AutoDataLoader[T]) -> AutoDataLoader[T]:

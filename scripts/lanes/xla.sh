@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# XLA lane: torch_xla 2.9 on the XLA CPU device (PJRT_DEVICE=CPU), in its own venv.
+# 1. create/reuse .venv-xla (cached by a stamp; pip's download cache is kept)
+# 2. mypy (strict) of the XLA backend against torch_xla's own py.typed
+# 3. tests/xla: XlaContext at world sizes 1, 2, 3 (XLA CPU device threads)
+# 4. examples/xla_training.py on 2 XLA CPU replicas
+# 5. optional (IDIST_XLA_PROPERTIES=1): the property suite with the XlaWorld runner
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bash scripts/xla/setup-venv.sh
+PY=.venv-xla/bin/python
+export PYTHONHASHSEED=0 PJRT_DEVICE=CPU
+
+echo "-- mypy: idist's XLA modules against torch_xla's py.typed"
+"$PY" -m mypy --strict --python-version 3.11 --follow-imports=silent \
+  src/idist/_backends/_xla.py src/idist/_backends/_xla_training.py
+
+echo "-- pytest tests/xla"
+"$PY" -m pytest -q -p no:cacheprovider tests/xla
+
+echo "-- examples/xla_training.py (2 replicas)"
+CPU_NUM_DEVICES=2 timeout 600 "$PY" examples/xla_training.py
+
+if [ "${IDIST_XLA_PROPERTIES:-0}" = "1" ]; then
+  echo "-- property suite on XlaWorld@1,2,3 (slow: every new frame size compiles an XLA program)"
+  IDIST_PROPERTY_RUNNER="idist.testing._xla_world:XlaWorld@1,idist.testing._xla_world:XlaWorld@2,idist.testing._xla_world:XlaWorld@3" \
+    "$PY" -m pytest -q -p no:cacheprovider --timeout 3600 properties
+fi
