@@ -135,14 +135,52 @@ class Frame:
         self.write(buf)
         return buf
 
+    def to_buffer(self, size: int) -> torch.Tensor:
+        """A new CPU uint8 tensor of ``size >= nbytes`` bytes starting with the frame.
+
+        Small buffers live in a ``bytearray`` (zeroed, written with plain slice
+        assignment); large ones are ``torch.empty`` and written by ``write``.
+        """
+        if size > _MEMMOVE_MAX:
+            buf = torch.empty(size, dtype=torch.uint8)
+            self.write(buf)
+            return buf
+        raw = bytearray(size)
+        head = self.head
+        h = len(head)
+        raw[:h] = head
+        p = self.payload
+        n = self.nbytes - h
+        if not isinstance(p, torch.Tensor):
+            raw[h : h + n] = p
+            return torch.frombuffer(raw, dtype=torch.uint8)
+        buf = torch.frombuffer(raw, dtype=torch.uint8)
+        if not n:
+            pass
+        elif p.is_contiguous():
+            _memmove(buf.data_ptr() + h, p.data_ptr(), n)
+        else:
+            buf[h : self.nbytes].copy_(tensor_bytes(p))
+        return buf
+
+
+def _head_struct(ndim: int) -> struct.Struct:
+    """The header layout for ``ndim`` dimensions: meta, shape, zero padding to ``ALIGN``."""
+    st = _HEADS.get(ndim)
+    if st is None:
+        pad = aligned(HEADER + 8 * ndim) - HEADER - 8 * ndim
+        st = _HEADS[ndim] = struct.Struct(f"<qBBB5x{ndim}q{pad}x")
+    return st
+
+
+_HEADS: dict[int, struct.Struct] = {}
+
 
 def _head(tag: Tag, payload_len: int, code: int = 0, shape: tuple[int, ...] = ()) -> bytes:
     if not shape:
         return _META.pack(HEADER + payload_len, tag, code, 0)
-    ndim = len(shape)
-    start = aligned(HEADER + 8 * ndim)
-    pad = start - HEADER - 8 * ndim
-    return struct.pack(f"<qBBB5x{ndim}q{pad}x", start + payload_len, tag, code, ndim, *shape)
+    st = _head_struct(len(shape))
+    return st.pack(st.size + payload_len, tag, code, len(shape), *shape)
 
 
 def _raw(tag: Tag, payload: bytes, code: int = 0) -> Frame:
@@ -222,7 +260,7 @@ def _read_head(ptr: int) -> tuple[int, int, int, tuple[int, ...]]:
     length, tag, code, ndim = _META.unpack(_string_at(ptr, HEADER))
     if not ndim:
         return length, tag, code, ()
-    return length, tag, code, struct.unpack(f"<{ndim}q", _string_at(ptr + HEADER, 8 * ndim))
+    return length, tag, code, _head_struct(ndim).unpack(_string_at(ptr, aligned(HEADER + 8 * ndim)))[4:]
 
 
 def peek(buf: torch.Tensor) -> tuple[Tag, int, tuple[int, ...]]:
@@ -254,7 +292,8 @@ def decode(buf: torch.Tensor) -> object:
         dtype = DTYPES[code]
         if length == start:
             return torch.empty(shape, dtype=dtype)
-        return buf[start:length].view(dtype).reshape(shape)
+        flat = buf[start:length].view(dtype)
+        return flat if len(shape) == 1 else flat.view(shape)
     raw = _string_at(ptr + start, length - start) if length > start else b""
     if tag == _FLOAT:
         value: float = _F64.unpack(raw)[0]

@@ -50,11 +50,10 @@ def _slot_for(length: int) -> int:
 
 
 def _fill(frame: Frame, size: int) -> torch.Tensor:
-    buf = torch.empty(size, dtype=torch.uint8)
     if frame.nbytes <= size:
-        frame.write(buf)
-    else:
-        _memmove(buf.data_ptr(), _LEN.pack(frame.nbytes), 8)
+        return frame.to_buffer(size)
+    buf = torch.empty(size, dtype=torch.uint8)
+    _memmove(buf.data_ptr(), _LEN.pack(frame.nbytes), 8)
     return buf
 
 
