@@ -44,6 +44,7 @@ logger = logging.getLogger("idist")
 #: Tensors up to this many bytes ride inside the broadcast frame (one collective);
 #: larger ones are broadcast straight into the receiver's tensor after a header round.
 INLINE_TENSOR_BYTES = 1 << 16
+_NO_VALUE = object()
 
 
 @attrs.frozen(eq=False)
@@ -236,7 +237,7 @@ class DistContext:
         comm = self._comm(group)
         if comm is None:
             return x
-        self._checkpoint(comm, "all_reduce", name, _describe(x, shape=True))
+        self._checkpoint(comm, "all_reduce", name, value=x, shape=True)
         if isinstance(x, torch.Tensor):
             check_tensor_op(name, x.dtype)
             self._allreduce_tensor(x, name, comm)
@@ -263,7 +264,7 @@ class DistContext:
         comm = self._comm(group)
         if comm is None:
             return [x]
-        self._checkpoint(comm, "all_gather", data=_describe(x, shape=False))
+        self._checkpoint(comm, "all_gather", value=x)
         try:
             frame = _codec.encode(x)
         except IdistError as exc:
@@ -279,8 +280,9 @@ class DistContext:
             kinds = {r: type(v).__name__ for r, v in zip(comm.ranks, values, strict=False)}
             raise CollectiveInputError(f"all_gather got a tensor on some ranks only: {kinds}")
         tensors: list[torch.Tensor] = values  # type: ignore[assignment]
-        dtypes = {r: t.dtype for r, t in zip(comm.ranks, tensors, strict=False)}
-        if len(set(dtypes.values())) > 1:
+        dtype = tensors[0].dtype
+        if any(t.dtype != dtype for t in tensors):
+            dtypes = {r: t.dtype for r, t in zip(comm.ranks, tensors, strict=False)}
             raise CollectiveInputError(
                 f"all_gather needs the same dtype on every rank, got {dtypes}; cast with .to(dtype) before gathering"
             )
@@ -352,9 +354,15 @@ class DistContext:
         self._sync_device()
         self.barrier(group)
 
-    def _checkpoint(self, comm: Comm, call: str, op: str = "", data: str = "", src: str = "") -> None:
+    def _checkpoint(
+        self, comm: Comm, call: str, op: str = "", data: str = "", src: str = "",
+        *, value: object = _NO_VALUE, shape: bool = False,
+    ) -> None:  # fmt: skip
         guard = self._state.guard
         if guard is not None and guard.checked:
+            if value is not _NO_VALUE:
+                # described only here: formatting a tensor's dtype/shape costs µs on every call
+                data = _describe(value, shape=shape)
             guard.check(comm, fingerprint(call, op, data, src, comm.ranks))  # type: ignore[arg-type]
 
     @property
