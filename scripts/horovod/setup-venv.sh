@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=${IDIST_HOROVOD_VENV:-.venv-horovod}
 whl=$(IDIST_HOROVOD_VENV="$VENV" bash scripts/horovod/build-wheel.sh)
-key=$( (echo "$whl"; cat pyproject.toml) | sha1sum | cut -c1-12)
+key=$( (echo "$whl"; cat pyproject.toml "$0") | sha1sum | cut -c1-12)
 stamp="$VENV/.idist-horovod-$key"
 if [ ! -f "$stamp" ]; then
   echo "setup-venv: installing $(basename "$whl") and the lane's tools into $VENV" >&2

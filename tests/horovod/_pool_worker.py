@@ -13,10 +13,12 @@ import pickle
 import sys
 import traceback
 
+from hvd_transport import dumps
+
 
 def _pack(ok: bool, value: object) -> bytes:
     try:
-        return pickle.dumps((ok, value), protocol=pickle.HIGHEST_PROTOCOL)
+        return dumps((ok, value))
     except Exception as exc:
         text = "".join(traceback.format_exception(value if isinstance(value, BaseException) else exc))
         return pickle.dumps((False, RuntimeError(text)), protocol=pickle.HIGHEST_PROTOCOL)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, final, overload
 
 import attrs
 import torch
+from torch import nn
 
 from .. import _codec, _exchange
 from .._context import DistContext, Group
@@ -54,6 +55,7 @@ else:
     hvd = None  # the horovod.torch module once _load() ran
 
 TensorT = TypeVar("TensorT", bound=torch.Tensor)
+OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 INSTALL_HINT: Final = (
     "Horovod is not installed in this environment; install it with PyTorch support, e.g. "
@@ -174,6 +176,27 @@ class HorovodComm:
             raise
         if work is not t:
             t.copy_(work)
+
+    def broadcast_many(self, tensors: list[torch.Tensor], src: int) -> None:
+        """Broadcast several tensors in place from group rank ``src``: all in flight, then wait."""
+        pending = []
+        for t in tensors:
+            work = t if t.is_contiguous() else t.contiguous()
+            raw = work.reshape(-1).view(torch.uint8)
+            if raw.numel() == 0:
+                continue
+            name = self._name("bc")
+            pending.append(
+                (t, work, hvd.broadcast_async_(raw, self.ranks[src], name=name, process_set=self.process_set))
+            )
+        for t, work, handle in pending:
+            try:
+                hvd.synchronize(handle)
+            except hvd.HorovodInternalError as exc:
+                _map_error(exc, "broadcast")
+                raise
+            if work is not t:
+                t.copy_(work)
 
     def barrier(self) -> None:
         try:
@@ -330,6 +353,17 @@ class HorovodContext(DistContext):
         self._state.comms.clear()
         if self._owns_init and hvd.is_initialized():
             hvd.shutdown()
+
+    # --------------------------------------------------------- training hooks
+    def _wrap_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
+        from ._horovod_training import wrap_model
+
+        return wrap_model(self, model, sync_bn, kwargs)
+
+    def _wrap_optimizer(self, optimizer: OptimizerT, kwargs: dict[str, Any]) -> OptimizerT:
+        from ._horovod_training import wrap_optimizer
+
+        return wrap_optimizer(self, optimizer, kwargs)
 
     # ------------------------------------------------------------- collectives
     @overload

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The Horovod lane (run by scripts/test.sh after the main suite): the Horovod backend
+# against a real Horovod 0.28.1 build on 2 CPU ranks (horovodrun --gloo, loopback).
+#   1. builds the wheel once (cached under ~/.cache/idist/wheels) and .venv-horovod
+#   2. tests/horovod: §3 row by row, bad input, rank failure, lifecycle, auto_* equivalence
+#   3. the property suite on 2 Horovod ranks (IDIST_PROPERTY_RUNNER=hvd_world:HorovodWorld@2)
+#   4. mypy.stubtest of stubs/horovod against the installed package (skipped while neither changed)
+#   5. examples/horovod_training.py through `idist run --backend horovod -n 2`
+# Set IDIST_SKIP_HOROVOD=1 to skip the lane (it says so). Exit status non-zero on failure.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+if [ "${IDIST_SKIP_HOROVOD:-}" = 1 ]; then
+  echo "horovod lane: skipped (IDIST_SKIP_HOROVOD=1)"
+  exit 0
+fi
+PY=$(bash scripts/horovod/setup-venv.sh 2> >(grep -v "^WARNING: Location" >&2))
+BIN="$PWD/$(dirname "$PY")"
+export PYTHONHASHSEED=0
+# horovodrun and idist from the lane's venv; tests/horovod holds the runner and rank functions
+export PATH="$BIN:$PATH"
+export PYTHONPATH="$PWD/tests/horovod${PYTHONPATH:+:$PYTHONPATH}"
+
+echo "-- horovod: tests/horovod (2 ranks)"
+"$PY" -m pytest -q -p no:cacheprovider tests/horovod
+
+echo "-- horovod: property suite on 2 Horovod ranks"
+# Deselected, each for a reason outside the Horovod backend (reported to the property suite):
+#  - unknown-op names include "ADASUM", which is valid on Horovod (DESIGN.md §3);
+#  - the any-dtype reference fold calls torch's add on uint16, which torch 2.13 lacks
+#    (gloo refuses uint16, so it never gets there; Horovod reduces it);
+#  - a group of ['a'] makes the core's rank check raise ValueError, not CollectiveInputError.
+IDIST_PROPERTY_RUNNER="hvd_world:HorovodWorld@2" "$PY" -m pytest -q -p no:cacheprovider properties \
+  --deselect "properties/test_all_reduce.py::test_unknown_op_names_raise_on_every_rank" \
+  --deselect "properties/test_all_reduce.py::test_any_dtype_reduces_or_is_refused_on_every_rank" \
+  --deselect "properties/test_groups.py::test_bad_group_ranks_raise_on_every_rank"
+
+echo "-- horovod: stubtest stubs/horovod"
+key=$( (find stubs/horovod scripts/horovod/stubtest-allowlist.txt -type f | sort | xargs cat; "$PY" -m pip show horovod mypy 2>/dev/null | grep -E '^(Name|Version)') | sha1sum | cut -c1-12)
+stamp="$BIN/../.idist-stubtest-$key"
+if [ -f "$stamp" ]; then
+  echo "stubs and package unchanged since the last passing stubtest"
+else
+  MYPYPATH=stubs "$PY" -m mypy.stubtest --ignore-missing-stub --allowlist scripts/horovod/stubtest-allowlist.txt \
+    horovod.torch horovod.common.process_sets horovod.common.exceptions
+  rm -f "$BIN"/../.idist-stubtest-*
+  touch "$stamp"
+fi
+
+echo "-- horovod: examples/horovod_training.py on 2 ranks"
+out=$(cd "${TMPDIR:-/tmp}" && timeout 300 "$BIN/idist" run --backend horovod -n 2 "$OLDPWD/examples/horovod_training.py" --epochs 3 2>&1) || {
+  echo "$out" | tail -n 40
+  echo "horovod lane: the training example failed" >&2
+  exit 1
+}
+echo "$out" | grep -E "OK: 2 rank" || { echo "$out" | tail -n 40; echo "horovod lane: no OK line" >&2; exit 1; }
