@@ -48,8 +48,10 @@ def _check_world(reports: list[dict[str, Any]], launcher: str) -> None:
 
 
 # ------------------------------------------------------------------ torchrun
-def test_parallel_initializes_in_place_under_torchrun() -> None:
-    proc = _run([PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", PARALLEL])
+def test_parallel_initializes_in_place_under_torchrun(tmp_path: Path) -> None:
+    # TMPDIR: torchrun leaves a torchelastic_* log directory in the temporary directory
+    env = clean_env(TMPDIR=str(tmp_path))
+    proc = _run([PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", PARALLEL], env=env)
     assert proc.returncode == 0, proc.stderr
     reports = _json_lines(proc.stdout)
     _check_world(reports, "torchrun")
@@ -58,9 +60,10 @@ def test_parallel_initializes_in_place_under_torchrun() -> None:
         assert r["local_rank_arg"] == r["local_rank"] and r["after_exit"] == "SerialContext"
 
 
-def test_parallel_refuses_a_process_count_under_torchrun() -> None:
+def test_parallel_refuses_a_process_count_under_torchrun(tmp_path: Path) -> None:
     proc = _run(
-        [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", PARALLEL, "--ask-for-procs", "2"]
+        [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", PARALLEL, "--ask-for-procs", "2"],
+        env=clean_env(TMPDIR=str(tmp_path)),
     )
     assert proc.returncode == 0, proc.stderr
     refusals = _json_lines(proc.stdout)
