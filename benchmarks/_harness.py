@@ -1,0 +1,222 @@
+"""Shared benchmark machinery: spawn ranks, interleave implementations, summarise ratios.
+
+Only ratios from interleaved runs mean anything on a noisy 2-core machine: every round
+runs each implementation once (A, B, C; the next round starts one further along, B, C, A,
+so that no implementation always runs first), and a round's ratio compares implementations
+that ran milliseconds apart. Reported per implementation: the median per-call time over
+rounds, and the median and interquartile range of the per-round ratio to the baseline
+(plus the median per-round difference in microseconds, the "software overhead").
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import platform
+import queue
+import socket
+import statistics
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+OUT_DIR = Path(__file__).resolve().parent / "out"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ------------------------------------------------------------------ spawning
+def _child(fn: Callable[..., Any], rank: int, env: dict[str, str], args: tuple[Any, ...], q: Any) -> None:
+    os.environ.update(env)
+    try:
+        q.put((rank, True, fn(rank, *args)))
+    except BaseException:
+        q.put((rank, False, traceback.format_exc()))
+
+
+def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float) -> list[Any]:
+    """Run ``fn(rank, *args)`` on ``world_size`` spawned processes (torchrun-style env)."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = str(free_port())
+    procs = []
+    for rank in range(world_size):
+        env = {
+            "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
+            "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+        }  # fmt: skip
+        p = ctx.Process(target=_child, args=(fn, rank, env, args, q), daemon=True)
+        p.start()
+        procs.append(p)
+    results: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(results) < world_size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"ranks {sorted(set(range(world_size)) - set(results))} ran past {timeout}s")
+            try:
+                rank, ok, value = q.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in results]
+                if dead:
+                    raise RuntimeError(f"rank {dead[0]} exited with code {procs[dead[0]].exitcode}") from None
+                continue
+            if not ok:
+                raise RuntimeError(f"rank {rank} failed:\n{value}")
+            results[rank] = value
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        q.close()
+    return [results[r] for r in range(world_size)]
+
+
+# ------------------------------------------------------------ interleaving
+@dataclass
+class Workload:
+    """One thing to measure: the same operation written by each implementation."""
+
+    name: str
+    impls: dict[str, Callable[[], object]]
+    #: checks one result of an implementation before timing: (impl, result) -> error or None
+    check: Callable[[str, object], str | None] | None = None
+    #: called after the checks, before timing (e.g. zero the tensors so sums stay finite)
+    reset: Callable[[], None] | None = None
+    #: per-implementation notes (e.g. "n/a: ignite cannot gather variable shapes")
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def timed_batch(fn: Callable[[], object], inner: int, sync: Callable[[], None]) -> float:
+    """Seconds per call over ``inner`` back-to-back calls, after a sync of all ranks."""
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - t0) / inner
+
+
+def interleave(
+    impls: dict[str, Callable[[], object]],
+    *,
+    rounds: int,
+    warmup: int,
+    target_s: float,
+    sync: Callable[[], None],
+    agree: Callable[[int], int],
+    max_inner: int = 2000,
+) -> tuple[int, dict[str, list[float]]]:
+    """Per-round per-call seconds for each implementation, run interleaved.
+
+    ``agree(n)`` must return the same value on every rank (e.g. the max over ranks), so
+    that all ranks make the same number of calls.
+    """
+    names = list(impls)
+    slowest = 0.0
+    for _ in range(max(1, warmup)):
+        for name in names:
+            slowest = max(slowest, timed_batch(impls[name], 1, sync))
+    inner = agree(max(1, min(max_inner, int(target_s / max(slowest, 1e-9)))))
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for k in range(len(names)):
+            name = names[(r + k) % len(names)]
+            times[name].append(timed_batch(impls[name], inner, sync))
+    return inner, times
+
+
+def quartiles(xs: Sequence[float]) -> tuple[float, float, float]:
+    if len(xs) < 2:
+        return xs[0], xs[0], xs[0]
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], q[1], q[2]
+
+
+def summarise(times: dict[str, list[float]], baseline: str) -> dict[str, dict[str, float]]:
+    """Median time per implementation and per-round ratios / differences to ``baseline``."""
+    base = times[baseline]
+    out: dict[str, dict[str, float]] = {}
+    for name, ts in times.items():
+        ratios = [t / b for t, b in zip(ts, base, strict=True)]
+        diffs = [(t - b) * 1e6 for t, b in zip(ts, base, strict=True)]
+        q1, med, q3 = quartiles(ratios)
+        out[name] = {
+            "median_us": statistics.median(ts) * 1e6,
+            "ratio_median": med,
+            "ratio_q1": q1,
+            "ratio_q3": q3,
+            "diff_us_median": statistics.median(diffs),
+        }
+    return out
+
+
+# ----------------------------------------------------------------- reporting
+def fmt_time(us: float) -> str:
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.2f} ms"
+    return f"{us:.1f} µs"
+
+
+def table(section: str, rows: list[dict[str, Any]], impls: Sequence[str], baseline: str) -> str:
+    """A Markdown table: one row per workload, time and ratio-to-baseline per implementation."""
+    head = ["workload", *[f"{i} median" for i in impls]]
+    head += [f"{i}/{baseline} (IQR)" for i in impls if i != baseline]
+    head += [f"{i}-{baseline} µs" for i in impls if i != baseline]
+    head.append("notes")
+    lines = [f"### {section}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        s = row["stats"]
+        cells = [row["name"]]
+        cells += [fmt_time(s[i]["median_us"]) if i in s else row["notes"].get(i, "n/a") for i in impls]
+        for i in impls:
+            if i == baseline:
+                continue
+            cells.append(
+                f"{s[i]['ratio_median']:.2f}x ({s[i]['ratio_q1']:.2f}-{s[i]['ratio_q3']:.2f})" if i in s else "n/a"
+            )
+        for i in impls:
+            if i == baseline:
+                continue
+            cells.append(f"{s[i]['diff_us_median']:+.1f}" if i in s else "n/a")
+        cells.append("; ".join(f"{i}: {note}" for i, note in row["notes"].items()))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def environment() -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    try:
+        import ignite
+
+        info["pytorch-ignite"] = ignite.__version__
+    except ImportError:
+        info["pytorch-ignite"] = None
+    return info
+
+
+def write_json(name: str, payload: dict[str, Any]) -> Path:
+    OUT_DIR.mkdir(exist_ok=True)
+    path = OUT_DIR / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2, default=str))
+    return path
