@@ -58,6 +58,12 @@ def test_slurm_variables_and_port_from_job_id() -> None:
     assert "SLURM_JOB_NODELIST" in info.decided_by["master"]
 
 
+def test_slurm_with_only_master_port_set_by_the_user() -> None:
+    info = detect(dict(SRUN_ENV, MASTER_PORT="29555", MASTER_ADDR="gpu07"))
+    assert info is not None and info.launcher == "slurm"
+    assert (info.master_addr, info.master_port) == ("gpu07", 29555)
+
+
 def test_partial_slurm() -> None:
     env = {k: v for k, v in SRUN_ENV.items() if k != "SLURM_JOB_NODELIST"}
     with pytest.raises(LaunchEnvironmentError, match="SLURM_JOB_NODELIST missing"):

@@ -179,7 +179,9 @@ def _pmi(env: Mapping[str, str]) -> LaunchInfo:
 
 
 _DETECTORS = (
-    ("torchrun", TORCHRUN, _torchrun),
+    # MASTER_ADDR/MASTER_PORT alone do not make a torchrun environment: users set them
+    # for srun/mpirun jobs too. RANK or WORLD_SIZE does.
+    ("torchrun", ("RANK", "WORLD_SIZE"), _torchrun),
     ("slurm", SLURM, _slurm),
     ("openmpi", OMPI, _ompi),
     ("mpich", PMI, _pmi),

@@ -1,15 +1,17 @@
-"""Run under a launcher: initialize() with no arguments, report what it detected as JSON."""
+"""Run under a launcher: initialize() with no arguments; write what it detected to DIR/rankN.json."""
 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import idist
 
 ctx = idist.initialize()
 try:
     got = ctx.all_gather(ctx.rank)
-    print(
+    Path(sys.argv[1], f"rank{ctx.rank}.json").write_text(
         json.dumps(
             {
                 "type": type(ctx).__name__,
@@ -22,8 +24,7 @@ try:
                 "gathered": got,
                 "sum": ctx.all_reduce(ctx.rank + 1),
             }
-        ),
-        flush=True,
+        )
     )
 finally:
     idist.finalize()
