@@ -200,6 +200,12 @@ def any_text() -> st.SearchStrategy[str]:
     return st.text(st.characters(exclude_categories=()), max_size=40)
 
 
+def int64s() -> st.SearchStrategy[int]:
+    """Any int64, with the edges (where sums and products leave the range) drawn often."""
+    edges = [INT64_MAX, INT64_MIN, INT64_MAX // 2 + 1, -(2**62), 2**32, -(2**31), 3_037_000_500, -1, 0, 1]
+    return st.one_of(st.sampled_from(edges), st.integers(INT64_MIN, INT64_MAX))
+
+
 def any_float() -> st.SearchStrategy[float]:
     return st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True)
 

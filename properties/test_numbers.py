@@ -24,6 +24,7 @@ from ._support import (
     any_float,
     float_bits,
     fold_numbers,
+    int64s,
     outcome,
     same_error_everywhere,
     value_ops,
@@ -65,7 +66,7 @@ def test_int_inputs_outside_int64_raise_on_every_rank(runner: Runner, data: st.D
     big = data.draw(st.one_of(st.integers(min_value=INT64_MAX + 1), st.integers(max_value=INT64_MIN - 1)))
     where = data.draw(st.integers(0, n - 1))
     # the others may bring the sum back into int64: the input alone is already an error
-    others = data.draw(st.lists(st.integers(INT64_MIN, INT64_MAX), min_size=n, max_size=n))
+    others = data.draw(st.lists(int64s(), min_size=n, max_size=n))
     values = [big if r == where else others[r] for r in range(n)]
     same_error_everywhere(runner.run(reduce_value, values, "SUM"), "ReduceOverflowError")
 
