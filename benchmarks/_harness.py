@@ -123,11 +123,14 @@ def interleave(
     that all ranks make the same number of calls.
     """
     names = list(impls)
-    slowest = 0.0
-    for _ in range(max(1, warmup)):
+    for _ in range(warmup):  # first calls pay one-time costs (buffers, slot growth)
         for name in names:
-            slowest = max(slowest, timed_batch(impls[name], 1, sync))
-    inner = agree(max(1, min(max_inner, int(target_s / max(slowest, 1e-9)))))
+            timed_batch(impls[name], 1, sync)
+    # calibrate on a few warm calls, so that one batch of the slowest takes ~target_s
+    inner = 1
+    if max_inner > 1:
+        slowest = max(timed_batch(impls[name], 3, sync) for name in names)
+        inner = agree(max(1, min(max_inner, int(target_s / max(slowest, 1e-9)))))
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for k in range(len(names)):
