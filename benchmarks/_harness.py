@@ -173,11 +173,16 @@ def fmt_time(us: float) -> str:
     return f"{us:.1f} µs"
 
 
+def fmt_diff(us: float) -> str:
+    sign = "+" if us >= 0 else "-"
+    return sign + (fmt_time(abs(us)) if abs(us) >= 1e3 else f"{abs(us):.1f}")
+
+
 def table(section: str, rows: list[dict[str, Any]], impls: Sequence[str], baseline: str) -> str:
     """A Markdown table: one row per workload, time and ratio-to-baseline per implementation."""
     head = ["workload", *[f"{i} median" for i in impls]]
     head += [f"{i}/{baseline} (IQR)" for i in impls if i != baseline]
-    head += [f"{i}-{baseline} µs" for i in impls if i != baseline]
+    head += [f"{i}-{baseline} (µs)" for i in impls if i != baseline]
     head.append("notes")
     lines = [f"### {section}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
@@ -193,7 +198,7 @@ def table(section: str, rows: list[dict[str, Any]], impls: Sequence[str], baseli
         for i in impls:
             if i == baseline:
                 continue
-            cells.append(f"{s[i]['diff_us_median']:+.1f}" if i in s else "n/a")
+            cells.append(fmt_diff(s[i]["diff_us_median"]) if i in s else "n/a")
         cells.append("; ".join(f"{i}: {note}" for i, note in row["notes"].items()))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
