@@ -153,3 +153,10 @@ def test_public_classes_are_final() -> None:
     for cls in (NativeContext, SerialContext):
         assert getattr(cls, "__final__", False), cls
     assert set(idist.__all__) <= set(dir(idist))
+
+
+def test_group_ranks_must_be_ints() -> None:
+    for bad in ([1.7], [True], ["0"]):
+        with pytest.raises(idist.CollectiveInputError, match="ints"):
+            idist.all_reduce(1, group=bad)
+    assert idist.all_reduce(1, group=[0]) == 1

@@ -188,11 +188,15 @@ class DistContext:
 
     def _check_ranks(self, ranks: object) -> tuple[int, ...]:
         try:
-            key = tuple(sorted({int(r) for r in ranks}))  # type: ignore[attr-defined]
-        except (TypeError, ValueError):  # not iterable, or ranks like "a"
+            members = list(ranks)  # type: ignore[call-overload]
+        except TypeError:
+            members = [None]
+        if not all(isinstance(r, int) and not isinstance(r, bool) for r in members):
+            # ranks like "a", 1.7 or True are refused, never coerced
             raise CollectiveInputError(
-                f"group must be a list of global ranks or a group from new_group(), got {ranks!r}"
-            ) from None
+                f"group must be a list of global ranks (ints) or a group from new_group(), got {ranks!r}"
+            )
+        key = tuple(sorted(set(members)))
         if not key or key[0] < 0 or key[-1] >= self.world_size:
             raise CollectiveInputError(f"group ranks {list(key)} must be non-empty and within 0..{self.world_size - 1}")
         return key
