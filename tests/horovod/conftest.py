@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
-
-import pytest
-
-HERE = Path(__file__).resolve().parent
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if importlib.util.find_spec("horovod") is not None:
-        return
-    skip = pytest.mark.skip(reason="horovod is not installed here; scripts/lanes/horovod.sh runs these")
-    for item in items:
-        if HERE in Path(item.path).parents:
-            item.add_marker(skip)
+def _horovod_installed() -> bool:
+    # tests/ is on sys.path (the shared harness lives there), so this very folder looks like a
+    # namespace package called "horovod": only a real package, with an origin, counts.
+    spec = importlib.util.find_spec("horovod")
+    return spec is not None and spec.origin is not None
+
+
+if not _horovod_installed():
+    # Not collected without horovod (the main venv): scripts/lanes/horovod.sh runs them.
+    collect_ignore_glob = ["test_*.py"]
