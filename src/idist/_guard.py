@@ -21,7 +21,6 @@ import datetime
 import json
 import os
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
@@ -117,17 +116,14 @@ class Guard:
             raise CollectiveMismatchError(f"collective #{seq} differs between ranks:\n" + _table(comm.ranks, prints))
 
     def _wait(self, keys: list[str], seconds: float) -> list[bool]:
+        """Block until every key exists (the store notifies, no polling); else say which do."""
         store = self.store
         assert store is not None
-        deadline = time.monotonic() + seconds
-        delay = 0.0005
-        while True:
-            if store.check(keys):
-                return [True] * len(keys)
-            if time.monotonic() >= deadline:
-                return [store.check([k]) for k in keys]
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
+        try:
+            store.wait(keys, datetime.timedelta(seconds=seconds))
+        except RuntimeError:  # DistStoreError on timeout
+            return [store.check([k]) for k in keys]
+        return [True] * len(keys)
 
     # ----------------------------------------------------------- stall reports
     def failure(self, comm: GuardedComm, exc: BaseException, what: str) -> IdistError:
