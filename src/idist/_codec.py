@@ -197,6 +197,12 @@ def _tensor_code(t: torch.Tensor) -> int:
     return code
 
 
+def checked_tensor(t: torch.Tensor) -> torch.Tensor:
+    """``t``, after the same dtype/layout check that encoding it would make."""
+    _tensor_code(t)
+    return t
+
+
 def encode_tensor(t: torch.Tensor) -> Frame:
     code = _tensor_code(t)
     data = _plain(t)

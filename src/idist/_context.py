@@ -246,6 +246,9 @@ class DistContext:
             check_tensor_op(name, x.dtype)
             self._allreduce_tensor(x, name, comm)
             return x
+        if len(comm.ranks) == 1:  # a group of one: the same checks, nothing to exchange
+            check_value_op(name, x)
+            return fold_values(name, [x])
         try:
             check_value_op(name, x)
             frame = _codec.encode(x, allow_pickle=False)
@@ -269,6 +272,10 @@ class DistContext:
         if comm is None:
             return [x]
         self._checkpoint(comm, "all_gather", value=x)
+        if len(comm.ranks) == 1:  # a group of one: the same checks and copy, nothing to exchange
+            if isinstance(x, torch.Tensor):
+                return [_codec.checked_tensor(x).detach().clone()]
+            return [_codec.decode(_codec.encode(x).to_tensor())]
         try:
             frame = _codec.encode(x)
         except IdistError as exc:
@@ -313,6 +320,12 @@ class DistContext:
                 f"broadcast src {src} is not in the group {list(comm.ranks)}; pass a member rank"
             )
         self._checkpoint(comm, "broadcast", src=str(src))
+        if len(comm.ranks) == 1:  # a group of one: src's value is this rank's, once checked
+            if isinstance(x, torch.Tensor):
+                _codec.checked_tensor(x)
+            else:
+                _codec.encode(x)
+            return x  # type: ignore[return-value]
         gsrc = comm.ranks.index(src)
         me = comm.group_rank == gsrc
         frame = self._broadcast_frame(x) if me else None
