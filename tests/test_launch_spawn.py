@@ -208,7 +208,6 @@ def _local_fn(local_rank: int) -> None:
         (lambda: idist.spawn(launch_fns.add, args=(1,), master_port=70000), "1..65535"),
         (lambda: idist.spawn(launch_fns.add, args=1), "args must be a tuple"),  # type: ignore[call-overload]
         (lambda: idist.spawn(launch_fns.add, args=(1,), start_method="threads"), "start_method"),  # type: ignore[call-overload]
-        (lambda: idist.spawn("horovod", launch_fns.add, (1,)), "idist run --backend horovod"),  # type: ignore[call-overload]
         (lambda: idist.spawn("mpi", launch_fns.add, (1,)), "mpirun"),
         (lambda: idist.spawn(launch_fns.add, (1,), nprocs=2, nproc_per_node=3), "disagree"),  # type: ignore[call-overload]
     ],

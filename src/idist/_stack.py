@@ -72,11 +72,27 @@ def current() -> DistContext:
     return _serial
 
 
+#: set by torch_xla.launch / xmp.spawn in the process that runs the replicas (and only there)
+XLA_LAUNCHER_VARS = ("PJRT_LOCAL_PROCESS_COUNT",)
+
+
+def xla_replica() -> bool:
+    """Whether torch_xla's launcher started this process's replicas.
+
+    Both must hold: torch_xla is loaded (it was, to run the replicas; checking never imports
+    it) and its launcher set ``PJRT_LOCAL_PROCESS_COUNT`` here. ``PJRT_DEVICE`` alone does
+    not count: TPU VMs export it for every process, XLA or not.
+    """
+    return "torch_xla" in sys.modules and all(v in os.environ for v in XLA_LAUNCHER_VARS)
+
+
 def detect_backend() -> str:
     """The backend ``initialize()`` picks with no name: from the launcher's environment."""
     env = os.environ
     if "HOROVOD_RANK" in env or "HOROVOD_HOSTNAME" in env:
         return "horovod"
+    if xla_replica():
+        return "xla-tpu"
     if detect(env) is not None:
         import torch
 

@@ -27,7 +27,11 @@ def ignite_form() -> None:
     assert_type(idist.spawn("gloo", work, (2.0,), nproc_per_node=2), list[float])
     assert_type(idist.spawn("gloo", work, (2.0,), None, 2, 1, 0, None, None, None), list[float])
     assert_type(idist.spawn("nccl", work, (2.0,), kwargs_dict={}, join=False), SpawnHandle[float])
-    idist.spawn("horovod", work, (2.0,))  # type: ignore[call-overload]
+    assert_type(idist.spawn("horovod", work, (2.0,), nproc_per_node=2), list[float])
+    assert_type(idist.spawn("xla-tpu", work, (2.0,), nproc_per_node=2, timeout=60.0), list[float])
+    idist.spawn("horovod", work, (2.0,), join=False)  # type: ignore[call-overload]
+    idist.spawn("xla-tpu", work, (2.0,), join=False)  # type: ignore[call-overload]
+    idist.spawn("serial", work, (2.0,))  # type: ignore[call-overload]
 
 
 def handle(h: SpawnHandle[float]) -> None:

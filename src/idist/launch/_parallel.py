@@ -2,16 +2,18 @@
 
 * **spawn mode** (``nproc_per_node``/``nprocs`` given, no launcher around us): ``run``
   spawns the ranks through ``idist.spawn``; the parent itself stays uninitialized.
-* **in-place mode** (started by torchrun, mpirun, srun or horovodrun, or no process
-  count at all): entering initializes this process (the launcher's environment decides,
-  or ``backend``; with neither, serial), ``run`` calls ``fn(local_rank, ...)`` here with
-  that context current, and leaving finalizes it.
+* **in-place mode** (started by torchrun, mpirun, srun, horovodrun or torch_xla, or no
+  process count at all): entering initializes this process (the launcher's environment
+  decides, or ``backend``; with neither, serial), ``run`` calls ``fn(local_rank, ...)``
+  here with that context current, and leaving finalizes it. Under torch_xla the context
+  is current in the calling thread only (XLA CPU replicas are threads of one process).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import ExitStack
 from types import TracebackType
 from typing import Any, TypeVar, final
 
@@ -29,9 +31,11 @@ _HOROVOD_VARS = ("HOROVOD_RANK", "HOROVOD_HOSTNAME")
 
 
 def launched_by() -> str | None:
-    """The launcher that started this process (torchrun, slurm, openmpi, mpich, horovodrun), or None."""
+    """The launcher that started this process (torchrun, slurm, openmpi, mpich, horovodrun, torch_xla), or None."""
     if any(v in os.environ for v in _HOROVOD_VARS):
         return "horovodrun"
+    if _stack.xla_replica():
+        return "torch_xla"
     info = detect(os.environ)
     return None if info is None else info.launcher
 
@@ -106,6 +110,7 @@ class Parallel:
         self.nnodes, self.node_rank = nnodes, node_rank
         self.master_addr, self.master_port = master_addr, master_port
         self._ctx: DistContext | None = None
+        self._scope: ExitStack | None = None
 
     @property
     def spawns(self) -> bool:
@@ -120,12 +125,21 @@ class Parallel:
             timeout = self.spawn_kwargs.get("timeout")
             if timeout is not None:
                 kwargs["timeout"] = timeout
-            self._ctx = _stack.initialize(self.backend, **kwargs)
+            if self.launcher == "torch_xla":
+                # XLA device threads share this process: each gets its own current context.
+                scope = ExitStack()
+                self._ctx = scope.enter_context(_stack.scoped(self.backend, **kwargs))
+                self._scope = scope
+            else:
+                self._ctx = _stack.initialize(self.backend, **kwargs)
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         ctx, self._ctx = self._ctx, None
-        if ctx is not None:
+        scope, self._scope = self._scope, None
+        if scope is not None:
+            scope.close()
+        elif ctx is not None:
             _stack.finalize()
 
     def run(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> list[R]:

@@ -46,6 +46,7 @@ INHERITED_RANK_VARS = (
     "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK",
     "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
     "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_HOSTNAME",
+    "PJRT_LOCAL_PROCESS_RANK", "PJRT_LOCAL_PROCESS_COUNT",
 )  # fmt: skip
 
 NATIVE_SPAWNABLE = ("gloo", "nccl")
@@ -312,6 +313,17 @@ class SpawnHandle(Generic[R]):
         return f"<SpawnHandle {len(self._ranks)} ranks {state} pids={self.pids}>"
 
 
+def checked_args(fn: object, args: object) -> tuple[Any, ...]:
+    """``args`` as a tuple, or ``LaunchConfigError`` when ``fn`` or ``args`` cannot work."""
+    if not callable(fn):
+        raise LaunchConfigError(f"fn must be callable, got {fn!r}")
+    if isinstance(args, list):
+        return tuple(args)
+    if not isinstance(args, tuple):
+        raise LaunchConfigError(f"args must be a tuple of positional arguments for fn, got {args!r}")
+    return args
+
+
 def start(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -322,15 +334,15 @@ def start(
     start_method: str = "spawn",
     backend: str | None = None,
     init_kwargs: Mapping[str, Any] | None = None,
+    rank_env: bool = True,
 ) -> SpawnHandle[Any]:
-    """Start ``topology.nproc_per_node`` ranks running ``fn``; see ``idist.spawn``."""
-    if not callable(fn):
-        raise LaunchConfigError(f"fn must be callable, got {fn!r}")
-    if not isinstance(args, tuple):
-        if isinstance(args, list):
-            args = tuple(args)
-        else:
-            raise LaunchConfigError(f"args must be a tuple of positional arguments for fn, got {args!r}")
+    """Start ``topology.nproc_per_node`` ranks running ``fn``; see ``idist.spawn``.
+
+    ``rank_env=False`` starts processes that are not ranks themselves (a launcher such as
+    ``horovod.run`` inside them starts the ranks): no port is reserved and no RANK,
+    MASTER_ADDR... is set for them.
+    """
+    args = checked_args(fn, args)
     if start_method not in mp.get_all_start_methods():
         raise LaunchConfigError(
             f"start_method={start_method!r} is not available here; use one of {', '.join(mp.get_all_start_methods())}"
@@ -338,10 +350,10 @@ def start(
     topology.check()
     reservation: PortReservation | None = None
     addr = topology.master_addr or LOOPBACK
-    if topology.master_port is None:
+    if rank_env and topology.master_port is None:
         reservation = reserve_port(addr)
         topology = attrs.evolve(topology, master_addr=addr, master_port=reservation.port)
-    else:
+    elif rank_env:
         topology = attrs.evolve(topology, master_addr=addr)
     ctx: Any = mp.get_context(start_method)
     ranks: list[_Rank] = []
@@ -361,7 +373,7 @@ def start(
                 "MASTER_PORT": str(topology.master_port),
             }
             spec = ChildSpec(
-                fn=fn, args=args, kwargs=dict(kwargs), local_rank=local, rank=rank, env=env,
+                fn=fn, args=args, kwargs=dict(kwargs), local_rank=local, rank=rank, env=env if rank_env else {},
                 drop_env=INHERITED_RANK_VARS, parent_pid=parent_pid, backend=backend,
                 init_kwargs=dict(init_kwargs or {}),
             )  # fmt: skip
@@ -386,15 +398,16 @@ def start(
     return handle
 
 
+#: backends whose own launcher starts the ranks (``_driven``): horovod.run, torch_xla.launch
+DRIVEN_SPAWNABLE = ("horovod", "xla-tpu")
+
+
 def normalize_backend(backend: str) -> str:
     """The backend ignite's form may spawn, or ``LaunchConfigError`` saying what to do."""
-    if backend in NATIVE_SPAWNABLE:
+    if backend in NATIVE_SPAWNABLE or backend in DRIVEN_SPAWNABLE:
         return backend
-    if backend == "horovod":
-        raise LaunchConfigError(
-            "spawn(backend='horovod') is not supported: start Horovod jobs with "
-            "`idist run --backend horovod -n N script.py` or horovodrun"
-        )
     if backend == "mpi":
         raise LaunchConfigError("the mpi backend is started by mpirun, not spawned: `mpirun -n N python script.py`")
-    raise LaunchConfigError(f"spawn cannot start backend {backend!r}; use one of {', '.join(NATIVE_SPAWNABLE)}")
+    raise LaunchConfigError(
+        f"spawn cannot start backend {backend!r}; use one of {', '.join(NATIVE_SPAWNABLE + DRIVEN_SPAWNABLE)}"
+    )

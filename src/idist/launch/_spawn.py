@@ -6,8 +6,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar, overload
 
 from .._errors import LaunchConfigError
-from .._types import NativeBackend
-from ._procs import SpawnHandle, StartMethod, Topology, normalize_backend, start
+from .._types import HorovodBackend, NativeBackend, XlaBackend
+from ._driven import Job, check_options
+from ._driven import run as run_driven
+from ._procs import DRIVEN_SPAWNABLE, SpawnHandle, StartMethod, Topology, checked_args, normalize_backend, start
 
 R = TypeVar("R")
 
@@ -58,7 +60,7 @@ def spawn(
 # ignite's form: spawn(backend, fn, args, kwargs_dict=None, nproc_per_node=1, ...)
 @overload
 def spawn(
-    backend: NativeBackend,
+    backend: NativeBackend | HorovodBackend | XlaBackend,
     fn: Callable[..., R],
     args: tuple[Any, ...] = (),
     kwargs_dict: Mapping[str, Any] | None = None,
@@ -105,7 +107,10 @@ def spawn(*positional: Any, **options: Any) -> Any:
     ignite's form, ``spawn(backend, fn, args, kwargs_dict=None, nproc_per_node=1,
     nnodes=1, node_rank=0, master_addr=None, master_port=None, init_method=None)``:
     each process also initializes ``backend`` before ``fn(local_rank, *args,
-    **kwargs_dict)`` and finalizes it after.
+    **kwargs_dict)`` and finalizes it after. ``backend="horovod"`` starts the ranks
+    with ``horovod.run`` and ``backend="xla-tpu"`` with ``torch_xla.launch`` (XLA replicas:
+    on the XLA CPU device, threads of one process), each from a launcher process of its
+    own; both join always and run on one node (``LaunchConfigError`` otherwise).
 
     The rendezvous port is a free one reserved by this process until the launch ends
     (no fixed default, so two launches at once never collide); the address defaults to
@@ -181,6 +186,14 @@ def ignite_spawn(
         nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
         master_addr=master_addr, master_port=master_port,
     )  # fmt: skip
+    if name in DRIVEN_SPAWNABLE:
+        topology.check()
+        check_options(name, topology, join=join, daemon=daemon, init_method=init_method, start_method=start_method)
+        job = Job(
+            backend=name, fn=fn, args=checked_args(fn, args), kwargs=dict(kwargs_dict or {}), init_kwargs=init,
+            nproc=nproc_per_node, start_method=start_method,
+        )  # fmt: skip
+        return run_driven(job)
     if init_method is not None:
         # torch's init_method= needs the rank and world size passed explicitly.
         init["world_size"] = topology.world_size
