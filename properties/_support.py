@@ -108,6 +108,18 @@ def equal_values(a: torch.Tensor, b: torch.Tensor) -> bool:
 # ------------------------------------------------------------ reference folds
 def fold_tensors(op: str, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     """§3's meaning of each op, elementwise over the ranks' tensors (rank order)."""
+    dtype = tensors[0].dtype
+    if dtype in (torch.uint16, torch.uint32):
+        # torch has no arithmetic kernels for these: fold the same values in int64
+        return fold_tensors(op, [t.to(torch.int64) for t in tensors]).to(dtype)
+    if dtype == torch.uint64:
+        # same bits as int64 (SUM/PRODUCT/AND/OR modulo 2**64); flipping the top bit maps
+        # unsigned order onto signed order for MIN/MAX
+        top = torch.tensor(INT64_MIN, dtype=torch.int64)
+        flip = op in ("MIN", "MAX")
+        signed = [t.contiguous().view(torch.int64) ^ top if flip else t.contiguous().view(torch.int64) for t in tensors]
+        acc64 = fold_tensors(op, signed)
+        return (acc64 ^ top if flip else acc64).view(torch.uint64)
     acc = tensors[0].clone()
     for t in tensors[1:]:
         if op in ("SUM", "AVERAGE"):

@@ -2,7 +2,8 @@
 # The Horovod lane (run by scripts/test.sh after the main suite): the Horovod backend
 # against a real Horovod 0.28.1 build on 2 CPU ranks (horovodrun --gloo, loopback).
 #   1. builds the wheel once (cached under ~/.cache/idist/wheels) and .venv-horovod
-#   2. tests/horovod: §3 row by row, bad input, rank failure, lifecycle, auto_* equivalence
+#   2. tests/horovod: §3 row by row, bad input, rank failure, lifecycle, auto_* equivalence,
+#      spawn/Parallel(backend="horovod") through horovod.run
 #   3. the property suite on 2 Horovod ranks (IDIST_PROPERTY_RUNNER=hvd_world:HorovodWorld@2)
 #   4. mypy.stubtest of stubs/horovod against the installed package (skipped while neither changed)
 #   5. examples/horovod_training.py through `idist run --backend horovod -n 2`
@@ -23,16 +24,8 @@ export PYTHONPATH="$PWD/tests/horovod${PYTHONPATH:+:$PYTHONPATH}"
 echo "-- horovod: tests/horovod (2 ranks)"
 "$PY" -m pytest -q -p no:cacheprovider tests/horovod
 
-echo "-- horovod: property suite on 2 Horovod ranks"
-# Deselected, each for a reason outside the Horovod backend (reported to the property suite):
-#  - unknown-op names include "ADASUM", which is valid on Horovod (DESIGN.md §3);
-#  - the any-dtype reference fold calls torch's add on uint16, which torch 2.13 lacks
-#    (gloo refuses uint16, so it never gets there; Horovod reduces it);
-#  - a group of ['a'] makes the core's rank check raise ValueError, not CollectiveInputError.
-IDIST_PROPERTY_RUNNER="hvd_world:HorovodWorld@2" "$PY" -m pytest -q -p no:cacheprovider properties \
-  --deselect "properties/test_all_reduce.py::test_unknown_op_names_raise_on_every_rank" \
-  --deselect "properties/test_all_reduce.py::test_any_dtype_reduces_or_is_refused_on_every_rank" \
-  --deselect "properties/test_groups.py::test_bad_group_ranks_raise_on_every_rank"
+echo "-- horovod: property suite on 2 Horovod ranks (all of it)"
+IDIST_PROPERTY_RUNNER="hvd_world:HorovodWorld@2" "$PY" -m pytest -q -p no:cacheprovider properties
 
 echo "-- horovod: stubtest stubs/horovod"
 key=$( (find stubs/horovod scripts/horovod/stubtest-allowlist.txt -type f | sort | xargs cat; "$PY" -m pip show horovod mypy 2>/dev/null | grep -E '^(Name|Version)') | sha1sum | cut -c1-12)
@@ -41,7 +34,7 @@ if [ -f "$stamp" ]; then
   echo "stubs and package unchanged since the last passing stubtest"
 else
   MYPYPATH=stubs "$PY" -m mypy.stubtest --ignore-missing-stub --allowlist scripts/horovod/stubtest-allowlist.txt \
-    horovod.torch horovod.common.process_sets horovod.common.exceptions
+    horovod  # the package and every stubbed submodule (horovod.torch, horovod.common.*)
   rm -f "$BIN"/../.idist-stubtest-*
   touch "$stamp"
 fi

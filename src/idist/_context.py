@@ -147,6 +147,10 @@ class DistContext:
     def _broadcast_tensor(self, t: torch.Tensor, src: int, comm: Comm) -> None:
         raise NotImplementedError
 
+    def _receive_device(self, dtype: torch.dtype) -> torch.device:
+        """Where ``broadcast`` puts a new tensor for a receiver that passed none that fits."""
+        return self.device
+
     def _barrier(self, comm: Comm) -> None:
         raise NotImplementedError
 
@@ -341,7 +345,7 @@ class DistContext:
         elif isinstance(x, torch.Tensor) and x.dtype == dtype and tuple(x.shape) == shape:
             target = x
         else:
-            target = torch.empty(shape, dtype=dtype, device=self.device)
+            target = torch.empty(shape, dtype=dtype, device=self._receive_device(dtype))
         inline = _codec.frame_length(buf) > _codec.payload_start(len(shape)) or target.numel() == 0
         if inline:
             if not me:

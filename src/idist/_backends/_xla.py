@@ -91,6 +91,8 @@ _XM_OPS: Final = {
 }  # fmt: skip
 #: same-width integer dtype for moving a dtype's bits exactly
 _BITS: Final = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+#: dtypes torch_xla 2.9 does not move to an XLA device bit for bit (see ``_receive_device``)
+_INEXACT_ON_DEVICE: Final = (torch.complex128, torch.float16)
 #: how long a device thread waits for its turn to compile before giving up (seconds)
 DEFAULT_TURN_TIMEOUT = 300.0
 #: prefix of the frame an all_reduce of a tensor ships first: "<op>|<dtype code>|<shape>"
@@ -219,9 +221,11 @@ class XlaContext(DistContext):
     def _prepare(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` on this context's device; in ordered mode its pending graph is run first."""
         dev = t if t.device == self.device else t.to(self.device)
-        if self._ordered and dev is t:
+        if self._ordered and (dev is t or t.dim() == 0):
             # Its own graph has no collective, so any thread may compile it as it likes;
-            # afterwards the collective's program only sees device data.
+            # afterwards the collective's program only sees device data. A fresh 0-dim
+            # transfer too: torch_xla turns a 0-dim 0 or 1 into a constant of the next
+            # program, which then differs between ranks ("special scalars") and never meets.
             _C._xla_sync_multi([dev], devices=[], wait=False)
         return dev
 
@@ -235,6 +239,12 @@ class XlaContext(DistContext):
             )
         else:
             _C._xla_sync_multi(tensors, devices=[], wait=False)
+        # Every xm collective chains the device's all-reduce token; syncing ``tensors`` runs
+        # the collective but leaves the token pending on it, so the next collective's program
+        # would contain (and run again) every collective since the last torch_xla.sync(): a
+        # new, ever larger program each call, never a compilation-cache hit. The collective
+        # has run now, so start the next chain afresh, as torch_xla.sync() does.
+        _C._set_all_reduce_token(str(self.device), None)
 
     def _materialize(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """Run the programs computing ``tensors`` now; their values on the CPU."""
@@ -267,6 +277,16 @@ class XlaContext(DistContext):
         """Reduce ``t`` (agreed on every rank) in place; a bystander's result is dropped."""
         assert isinstance(comm, XlaComm)
         dtype = t.dtype
+        if t.numel() == 0:
+            return  # agreed on every rank: nothing to reduce (XLA rejects empty gathers)
+        if dtype.is_complex:
+            # SUM/AVERAGE (the complex ops) act on the real and imaginary parts alike, and a
+            # real view keeps complex128 exact (torch_xla drops its imaginary part on device).
+            real = torch.view_as_real(t.detach().cpu().resolve_conj().contiguous())
+            self._allreduce_tensor(real, op, comm)
+            if not comm.bystander:
+                t.copy_(torch.view_as_complex(real))
+            return
         groups = comm.replica_groups
         if op in ("AND", "OR") and dtype != torch.bool:
             result = self._fold_integers(t, op, comm)
@@ -311,6 +331,11 @@ class XlaContext(DistContext):
             value = torch.view_as_complex(got.view(torch.float64)) if t.dtype == torch.complex128 else got.view(t.dtype)
             t.copy_(value.reshape(t.shape))
 
+    def _receive_device(self, dtype: torch.dtype) -> torch.device:
+        # torch_xla 2.9 moves these inexactly to an XLA device (complex128 loses its
+        # imaginary part, float16 its NaN payloads): a receiver gets src's exact bits on the CPU.
+        return torch.device("cpu") if dtype in _INEXACT_ON_DEVICE else self.device
+
     def _barrier(self, comm: Any) -> None:
         self._world_sum([torch.zeros(1, dtype=torch.int32)])
 
@@ -351,10 +376,17 @@ class XlaContext(DistContext):
         name = check_op_name(op, self.VALID_OPS, self.backend)
         comm = self._comm(group)
         if comm.bystander:
-            self._stand_by_reduce(comm)
+            if len(comm.ranks) > 1:  # a group of one runs no collective (see below): nothing to join
+                self._stand_by_reduce(comm)
             return x
         if not isinstance(x, torch.Tensor):
             return super().all_reduce(x, op, group)  # type: ignore[call-overload]
+        if len(comm.ranks) == 1:
+            # Reducing one tensor is the identity; like a Python value (the shared code skips
+            # the exchange for a group of one), it runs no collective, and neither do the
+            # bystanders, who cannot tell a tensor from a value here.
+            check_tensor_op(name, x.dtype)
+            return x
         try:
             check_tensor_op(name, x.dtype)
             frame = _codec.encode(f"{_META}{name}|{_codec.DTYPE_CODE[x.dtype]}|{list(x.shape)}")
@@ -392,7 +424,8 @@ class XlaContext(DistContext):
         """As ``DistContext.all_gather``; a rank outside ``group`` takes part and gets ``[x]``."""
         comm = self._comm(group)
         if comm.bystander:
-            _exchange.gather_frames(comm, _codec.encode(None))
+            if len(comm.ranks) > 1:  # the member of a group of one exchanges nothing
+                _exchange.gather_frames(comm, _codec.encode(None))
             return [x]
         return super().all_gather(x, group)
 

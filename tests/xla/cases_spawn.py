@@ -1,0 +1,89 @@
+"""Replica functions for ``spawn``/``Parallel`` with backend="xla-tpu" (imported by name).
+
+Run as a script (with ``tests`` on PYTHONPATH) it is a whole program, for the tests that
+need a fresh process: ``sleep MARKER N`` spawns N replicas that write their pid and sleep
+(to be interrupted); ``launch N`` runs ``torch_xla.launch`` itself on N XLA CPU devices
+and prints, per replica, what ``idist`` detects there; ``plain`` loads torch_xla without
+any launcher and prints what ``idist.initialize()`` picks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import idist
+from idist import _stack
+from idist.launch import launched_by
+
+
+def report(local_rank: int, x: float, scale: int = 1) -> dict[str, Any]:
+    """ignite's form: the replica's XlaContext is current (in this thread) around fn."""
+    ctx = idist.current()
+    return {
+        "type": type(ctx).__name__,
+        "backend": idist.backend(),
+        "rank": idist.get_rank(),
+        "world_size": idist.get_world_size(),
+        "local_rank_arg": local_rank,
+        "device": ctx.device.type,
+        "sum": idist.all_reduce(x * (ctx.rank + 1)) * scale,
+        "tensor": idist.all_reduce(torch.tensor([ctx.rank + 1.0])).tolist(),
+        "gathered": idist.all_gather(f"r{ctx.rank}"),
+        "detected": _stack.detect_backend(),
+        "launched_by": launched_by(),
+        "pid": os.getpid(),
+    }
+
+
+def fail_on(local_rank: int, bad_rank: int, marker: str) -> int:
+    """Replica ``bad_rank`` raises; the others wait for it in a barrier."""
+    rank = idist.get_rank()
+    Path(f"{marker}.{rank}").write_text(str(os.getpid()))
+    if rank == bad_rank:
+        time.sleep(0.5)  # the others are in the barrier by now
+        raise ZeroDivisionError(f"deliberate failure on replica {rank}")
+    idist.barrier()
+    return rank
+
+
+def sleeper(local_rank: int, marker: str) -> None:
+    Path(f"{marker}.{idist.get_rank()}").write_text(str(os.getpid()))
+    time.sleep(600)
+
+
+def _detect(index: int) -> None:
+    """Under torch_xla.launch: what a plain idist sees in this replica (one JSON line)."""
+    out: dict[str, Any] = {"index": index, "detected": _stack.detect_backend(), "launched_by": launched_by()}
+    with idist.context() as ctx:  # no backend named: detected
+        out["context"] = [type(ctx).__name__, ctx.backend, ctx.rank, ctx.world_size, ctx.all_reduce(ctx.rank + 1)]
+    with idist.Parallel() as parallel:  # in place: this thread's own context
+        out["parallel"] = parallel.run(lambda lr: [type(idist.current()).__name__, idist.get_rank(), lr])
+    if ctx.world_size == 1:
+        ctx1 = idist.initialize()  # one replica: the process default works too
+        out["initialize"] = [type(ctx1).__name__, ctx1.backend]
+        idist.finalize()
+    print("IDIST " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "sleep":
+        idist.spawn("xla-tpu", sleeper, (sys.argv[2],), nproc_per_node=int(sys.argv[3]))
+    elif mode == "launch":
+        os.environ["CPU_NUM_DEVICES"] = sys.argv[2]
+        import torch_xla
+
+        torch_xla.launch(_detect)
+    elif mode == "plain":
+        import torch_xla  # loaded, but no launcher started this process
+
+        ctx = idist.initialize()
+        print("IDIST " + json.dumps([type(ctx).__name__, ctx.backend, launched_by()]), flush=True)
+        idist.finalize()
