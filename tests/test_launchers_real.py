@@ -32,8 +32,16 @@ SETUP_HINT = "run scripts/setup-system.sh (needs root and apt-get)"
 
 
 def _json_lines(stdout: str) -> list[dict[str, Any]]:
-    lines = (json.loads(x[x.index("{") :]) for x in stdout.splitlines() if "{" in x)
-    return sorted(lines, key=lambda r: r.get("rank", 0))
+    # mpirun merges the ranks' stdout: two reports can land on one line, so decode every
+    # JSON object in the text rather than one per line
+    decoder = json.JSONDecoder()
+    reports: list[dict[str, Any]] = []
+    pos = stdout.find("{")
+    while pos != -1:
+        obj, end = decoder.raw_decode(stdout, pos)
+        reports.append(obj)
+        pos = stdout.find("{", end)
+    return sorted(reports, key=lambda r: r.get("rank", 0))
 
 
 def _run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
