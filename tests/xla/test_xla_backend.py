@@ -191,9 +191,19 @@ def test_bad_input_raises_on_every_rank(world: XlaWorld) -> None:
     assert results == [expected] * world.world_size
 
 
+def _seeded_linear(seed: int) -> torch.nn.Linear:
+    g = torch.Generator().manual_seed(seed)
+    model = torch.nn.Linear(4, 1)
+    with torch.no_grad():
+        model.weight.copy_(torch.rand(model.weight.shape, generator=g) - 0.5)
+        model.bias.copy_(torch.rand(model.bias.shape, generator=g) - 0.5)
+    return model
+
+
 def train_steps(ctx: idist.DistContext, steps: int) -> list[float]:
-    torch.manual_seed(1234 + ctx.rank)  # different initial weights: auto_model must align them
-    model = ctx.auto_model(torch.nn.Linear(4, 1))
+    # different initial weights: auto_model must align them (rank 0's win). From a generator
+    # of this thread's own: the replicas are threads, torch.manual_seed would be shared.
+    model = ctx.auto_model(_seeded_linear(1234 + ctx.rank))
     opt = ctx.auto_optim(torch.optim.SGD(model.parameters(), lr=0.1))
     data = torch.utils.data.TensorDataset(torch.arange(48.0).reshape(12, 4) / 48, torch.arange(12.0).reshape(12, 1))
     loader = ctx.auto_dataloader(data, batch_size=4 * ctx.world_size, shuffle=False)
@@ -212,8 +222,7 @@ def test_training_keeps_replicas_identical_and_matches_one_process(world: XlaWor
     params = world.run(train_steps, 2)
     assert all(p == params[0] for p in params)
     # One CPU process on the global batches takes the same steps (up to float32 rounding).
-    torch.manual_seed(1234)
-    model = torch.nn.Linear(4, 1)
+    model = _seeded_linear(1234)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     xs, ys = torch.arange(48.0).reshape(12, 4) / 48, torch.arange(12.0).reshape(12, 1)
     for _ in range(2):

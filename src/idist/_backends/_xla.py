@@ -221,11 +221,9 @@ class XlaContext(DistContext):
     def _prepare(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` on this context's device; in ordered mode its pending graph is run first."""
         dev = t if t.device == self.device else t.to(self.device)
-        if self._ordered and (dev is t or t.dim() == 0):
+        if self._ordered and dev is t:
             # Its own graph has no collective, so any thread may compile it as it likes;
-            # afterwards the collective's program only sees device data. A fresh 0-dim
-            # transfer too: torch_xla turns a 0-dim 0 or 1 into a constant of the next
-            # program, which then differs between ranks ("special scalars") and never meets.
+            # afterwards the collective's program only sees device data.
             _C._xla_sync_multi([dev], devices=[], wait=False)
         return dev
 
@@ -287,6 +285,12 @@ class XlaContext(DistContext):
             if not comm.bystander:
                 t.copy_(torch.view_as_complex(real))
             return
+        if t.dim() == 0 and t.device != self.device:
+            # torch_xla moves a 0-dim tensor as a scalar, which it may share with an equal
+            # constant of the program (or fold into one): the ranks' programs then differ and
+            # never meet. A 1-element vector (a view of t) moves as plain data.
+            self._allreduce_tensor(t.reshape(1), op, comm)
+            return
         groups = comm.replica_groups
         if op in ("AND", "OR") and dtype != torch.bool:
             result = self._fold_integers(t, op, comm)
@@ -296,9 +300,24 @@ class XlaContext(DistContext):
             work = src.to(stage) if stage != dtype else src
             reduced = xm.all_reduce(_XM_OPS[op], work, groups=groups)
             assert isinstance(reduced, torch.Tensor)
+            nan: torch.Tensor | None = None
             if op in ("MIN", "MAX") and (dtype.is_floating_point or dtype.is_complex):
-                nan = xm.all_reduce("max", torch.isnan(work).to(torch.uint8), groups=groups)
-                assert isinstance(nan, torch.Tensor)
+                got = xm.all_reduce("max", torch.isnan(work).to(torch.uint8), groups=groups)
+                assert isinstance(got, torch.Tensor)
+                nan = got
+            if self._ordered:
+                # Finish on the CPU: a constant in the collective's program (the NaN, the
+                # divisor) is device data torch_xla may share with an equal input value on
+                # some ranks only, which again makes the ranks' programs differ.
+                outs = self._materialize([reduced] if nan is None else [reduced, nan])
+                if comm.bystander:
+                    return
+                value = outs[0] if nan is None else torch.where(outs[1].bool(), _nan_like(outs[0]), outs[0])
+                if op == "AVERAGE":
+                    value = value / len(comm.ranks)
+                t.copy_(value.to(dtype))
+                return
+            if nan is not None:
                 reduced = torch.where(nan.bool(), _nan_like(reduced), reduced)
             if op == "AVERAGE":
                 reduced = reduced / len(comm.ranks)
@@ -313,7 +332,7 @@ class XlaContext(DistContext):
 
     def _fold_integers(self, t: torch.Tensor, op: str, comm: XlaComm) -> torch.Tensor:
         """Bitwise AND/OR (which XLA's all-reduce lacks): gather, then fold in rank order."""
-        flat = self._prepare(t).reshape(-1)
+        flat = self._prepare(t).reshape(-1)  # t is not a 0-dim CPU tensor here (see _allreduce_tensor)
         gathered: torch.Tensor = xm.all_gather(flat, pin_layout=False)
         n = flat.numel()
         parts = [gathered[r * n : (r + 1) * n] for r in comm.ranks]
