@@ -11,7 +11,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import cases_spawn
@@ -83,6 +85,16 @@ def test_ignite_spawn_form_with_kwargs_dict() -> None:
     _check(results, 0.25, 4)
 
 
+@pytest.fixture(autouse=True)
+def _private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Launches in this process make their report folder here; none may be left."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    yield
+    assert list(folder.iterdir()) == []
+
+
 @pytest.mark.parametrize("bad_rank", [0, 1])
 def test_a_rank_that_raises_is_named_with_its_traceback(tmp_path: Path, bad_rank: int) -> None:
     marker = tmp_path / "pid"
@@ -119,8 +131,9 @@ def test_sys_exit_and_an_unpicklable_result_are_failures_of_that_rank(tmp_path: 
     assert info.value.rank == 1
 
 
-def _parent(marker: Path) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def _parent(marker: Path, tmp: Path) -> subprocess.Popen[str]:
+    tmp.mkdir(exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TMPDIR=str(tmp))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
     return subprocess.Popen(
         [sys.executable, str(HERE / "cases_spawn.py"), str(marker), "2"],
@@ -130,7 +143,7 @@ def _parent(marker: Path) -> subprocess.Popen[str]:
 
 def test_ctrl_c_in_the_parent_stops_every_rank(tmp_path: Path) -> None:
     marker = tmp_path / "pid"
-    parent = _parent(marker)
+    parent = _parent(marker, tmp_path / "tmp")
     try:
         pids = _wait_markers(marker, 2)
         parent.send_signal(signal.SIGINT)
@@ -138,6 +151,7 @@ def test_ctrl_c_in_the_parent_stops_every_rank(tmp_path: Path) -> None:
         assert parent.returncode in (1, 130, -signal.SIGINT), err[-3000:]
         assert "KeyboardInterrupt" in err
         assert _wait_gone(pids, 15) == []
+        assert list((tmp_path / "tmp").iterdir()) == []  # the report folder went with the launch
     finally:
         parent.kill()
         parent.communicate()
@@ -145,7 +159,7 @@ def test_ctrl_c_in_the_parent_stops_every_rank(tmp_path: Path) -> None:
 
 def test_a_parent_killed_with_sigkill_leaves_no_rank_behind(tmp_path: Path) -> None:
     marker = tmp_path / "pid"
-    parent = _parent(marker)
+    parent = _parent(marker, tmp_path / "killed")  # a parent killed outright cannot clean up its folder
     try:
         pids = _wait_markers(marker, 2)
         parent.kill()

@@ -13,7 +13,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,16 @@ def _wait_gone(pids: list[int], timeout: float) -> list[int]:
 
 def _pids(marker: Path, n: int) -> list[int]:
     return [int(Path(f"{marker}.{r}").read_text()) for r in range(n) if Path(f"{marker}.{r}").exists()]
+
+
+@pytest.fixture(autouse=True)
+def _private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Launches in this process make their report folder here; none may be left."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    yield
+    assert list(folder.iterdir()) == []
 
 
 def _env() -> dict[str, str]:
@@ -136,7 +148,7 @@ def test_ctrl_c_in_the_parent_stops_the_xla_process(tmp_path: Path) -> None:
     marker = tmp_path / "pid"
     parent = subprocess.Popen(
         [sys.executable, str(SCRIPT), "sleep", str(marker), "2"],
-        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=dict(_env(), TMPDIR=str(tmp_path / "tmp")), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 300
@@ -147,7 +159,7 @@ def test_ctrl_c_in_the_parent_stops_the_xla_process(tmp_path: Path) -> None:
         parent.send_signal(signal.SIGINT)
         _, err = parent.communicate(timeout=60)
         assert "KeyboardInterrupt" in err, err[-3000:]
-        assert _wait_gone(pids, 15) == []
+        assert _wait_gone(pids, 15) == []  # the report folder went too: see _private_tmp
     finally:
         parent.kill()
         parent.communicate()

@@ -22,6 +22,7 @@ import contextlib
 import importlib
 import importlib.util
 import multiprocessing as mp
+import os
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -33,7 +34,7 @@ from .. import _stack
 from .._context import DistContext
 from .._errors import BackendUnavailableError, LaunchConfigError, LaunchError
 from ._procs import Topology, start
-from ._reports import Reporter
+from ._reports import Reporter, ReportFolder
 
 #: backend -> (package that must be importable, module of its driver)
 DRIVEN = {"horovod": ("horovod", "._hvd_spawn"), "xla-tpu": ("torch_xla", "._xla_spawn")}
@@ -50,6 +51,8 @@ class Job:
     init_kwargs: Mapping[str, Any]
     nproc: int
     start_method: str
+    #: the parent's report folder (``_reports``), set by ``run``
+    reports: str = ""
 
 
 def installed(package: str) -> bool:
@@ -105,7 +108,20 @@ def run(job: Job) -> list[Any]:
         from .._backends import load
 
         raise BackendUnavailableError(load(job.backend).INSTALL_HINT)
-    handle = start(drive, (job,), {}, Topology(nproc_per_node=1), start_method=job.start_method, rank_env=False)
+    with ReportFolder() as folder:
+        return _run_in(attrs.evolve(job, reports=folder.path))
+
+
+def _run_in(job: Job) -> list[Any]:
+    # The launcher process and everything it starts keep their temporary files in the report
+    # folder, which the parent removes: a process stopped by a signal runs no clean-up, and
+    # torch alone leaves a folder per process (torch.distributed.nn's remote-module template).
+    tmp = os.path.join(job.reports, "tmp")
+    os.mkdir(tmp, 0o700)
+    handle = start(
+        drive, (job,), {}, Topology(nproc_per_node=1), start_method=job.start_method, rank_env=False,
+        extra_env={"TMPDIR": tmp},
+    )  # fmt: skip
     try:
         handle.join()
     except LaunchError as exc:

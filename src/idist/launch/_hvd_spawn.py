@@ -55,7 +55,7 @@ def drive(job: Job) -> list[Any]:
 
     _reachable_from_ranks(job)
     n = job.nproc
-    with ReportFolder() as folder:
+    with ReportFolder(job.reports) as folder:
         try:
             horovod.run(
                 _HorovodRank(job, folder.reporter),

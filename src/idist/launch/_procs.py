@@ -335,12 +335,13 @@ def start(
     backend: str | None = None,
     init_kwargs: Mapping[str, Any] | None = None,
     rank_env: bool = True,
+    extra_env: Mapping[str, str] | None = None,
 ) -> SpawnHandle[Any]:
     """Start ``topology.nproc_per_node`` ranks running ``fn``; see ``idist.spawn``.
 
     ``rank_env=False`` starts processes that are not ranks themselves (a launcher such as
     ``horovod.run`` inside them starts the ranks): no port is reserved and no RANK,
-    MASTER_ADDR... is set for them.
+    MASTER_ADDR... is set for them. ``extra_env``: more variables for every process.
     """
     args = checked_args(fn, args)
     if start_method not in mp.get_all_start_methods():
@@ -372,8 +373,9 @@ def start(
                 "MASTER_ADDR": addr,
                 "MASTER_PORT": str(topology.master_port),
             }
+            env = {**(env if rank_env else {}), **(extra_env or {})}
             spec = ChildSpec(
-                fn=fn, args=args, kwargs=dict(kwargs), local_rank=local, rank=rank, env=env if rank_env else {},
+                fn=fn, args=args, kwargs=dict(kwargs), local_rank=local, rank=rank, env=env,
                 drop_env=INHERITED_RANK_VARS, parent_pid=parent_pid, backend=backend,
                 init_kwargs=dict(init_kwargs or {}),
             )  # fmt: skip

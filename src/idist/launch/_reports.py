@@ -2,7 +2,8 @@
 
 Those launchers start the ranks themselves, so there is no pipe from each rank as in
 ``_procs``. Instead each rank writes what its launch needs into a private folder
-(``tempfile.mkdtemp``, mode 0700) made for this launch and removed after it: ``ok-R``
+(``tempfile.mkdtemp``, mode 0700) that the parent makes for this launch and removes after
+it, whatever became of the launcher process: ``ok-R``
 (rank R's return value) or ``error-R`` (a ``RankError``) when ``fn`` ends. A file appears
 whole or not at all (written beside, then renamed). They are read once the launcher has
 returned or failed; the first failure in time is the one to blame (the others are
@@ -82,10 +83,16 @@ class Reporter:
 
 @final
 class ReportFolder:
-    """The launch's side: makes the folder, reads what the ranks wrote, removes it on close."""
+    """The launch's side: reads what the ranks wrote.
 
-    def __init__(self) -> None:
-        self.path = tempfile.mkdtemp(prefix="idist-launch-")
+    ``ReportFolder()`` makes the folder and removes it on close (the parent, which outlives
+    the launcher process even when that is killed); ``ReportFolder(path)`` reads one made
+    elsewhere and leaves it.
+    """
+
+    def __init__(self, path: str | None = None) -> None:
+        self._owned = path is None
+        self.path = tempfile.mkdtemp(prefix="idist-launch-") if path is None else path
         self.reporter = Reporter(self.path)
 
     def read(self, kind: Kind) -> dict[int, Any]:
@@ -121,7 +128,8 @@ class ReportFolder:
         return [done[r] for r in range(world_size)]
 
     def close(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+        if self._owned:
+            shutil.rmtree(self.path, ignore_errors=True)
 
     def __enter__(self) -> ReportFolder:
         return self

@@ -83,7 +83,7 @@ def drive(job: Job) -> list[Any]:
         # This process only exists for this launch: its environment is ours to set.
         os.environ["CPU_NUM_DEVICES"] = str(n)
         os.environ.setdefault("XLA_THREAD_POOL_SIZE", str(4 * n + 8))
-    with ReportFolder() as folder:
+    with ReportFolder(job.reports) as folder:
         replica = _Replica(job, folder.reporter, device_type)
         try:
             torch_xla.launch(replica, start_method=job.start_method, debug_single_process=n == 1)
