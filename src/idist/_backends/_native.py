@@ -38,6 +38,7 @@ from .._errors import (
 )
 from .._guard import Guard, checked_from_env
 from .._launch_env import LaunchInfo, detect
+from ._inflight import InFlight
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
 LOOPBACK = "127.0.0.1"
@@ -106,15 +107,20 @@ class NativeComm:
     check_seq: int = 0
     #: gather straight into one flat buffer (``_allgather_base``: one copy less); not on mpi
     flat: bool = True
+    #: tensors the group's worker threads may still hold (see _inflight)
+    inflight: InFlight = attrs.Factory(InFlight)
 
-    def _wait(self, work: Callable[[], Work], what: str) -> None:
+    def _wait(self, work: Callable[[], Work], what: str, *tensors: torch.Tensor) -> None:
         self.seq += 1
+        counts = self.inflight.before(tensors)
         try:
             work().wait()
         except RuntimeError as exc:
             if self.guard is None:
                 raise
             raise self.guard.failure(self, exc, what) from exc
+        finally:
+            self.inflight.after(tensors, counts)
 
     def _timeout(self) -> datetime.timedelta | None:
         guard = self.guard
@@ -130,9 +136,10 @@ class NativeComm:
         if timeout is not None:
             opts.timeout = timeout
         if self.flat:
-            self._wait(lambda: self.pg._allgather_base(out, buf, opts), "all_gather")
+            self._wait(lambda: self.pg._allgather_base(out, buf, opts), "all_gather", out, buf)
         else:
-            self._wait(lambda: self.pg.allgather([list(out.chunk(n))], [buf], opts), "all_gather")
+            chunks = out.chunk(n)
+            self._wait(lambda: self.pg.allgather([list(chunks)], [buf], opts), "all_gather", buf, *chunks)
         return out.cpu()
 
     def broadcast_bytes(self, buf: torch.Tensor, src: int) -> None:
@@ -144,12 +151,12 @@ class NativeComm:
         timeout = self._timeout()
         if timeout is not None:
             opts.timeout = timeout
-        self._staged(t, lambda x: self._wait(lambda: self.pg.broadcast([x], opts), "broadcast"))
+        self._staged(t, lambda x: self._wait(lambda: self.pg.broadcast([x], opts), "broadcast", x))
 
     def allreduce(self, t: torch.Tensor, op: str) -> None:
         timeout = self._timeout()
         opts = _OPTIONS[op] if timeout is None else _options(op, timeout)
-        self._staged(t, lambda x: self._wait(lambda: self.pg.allreduce([x], opts), "all_reduce"))
+        self._staged(t, lambda x: self._wait(lambda: self.pg.allreduce([x], opts), "all_reduce", x))
 
     def barrier(self) -> None:
         opts = BarrierOptions()
@@ -254,6 +261,10 @@ class NativeContext(DistContext):
         return wrap_ddp(self, model, sync_bn, kwargs)
 
     def _close(self) -> None:
+        # let the worker threads drop finished work while the interpreter is whole (_inflight)
+        for comm in (self._world, *self._state.comms.values()):
+            if isinstance(comm, NativeComm):
+                comm.inflight.drain()
         self._state.comms.clear()
         if self._owns_default and dist.is_initialized() and dist.group.WORLD is self.process_group:
             dist.destroy_process_group()

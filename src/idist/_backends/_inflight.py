@@ -1,0 +1,71 @@
+"""Tensors a process group's worker threads still hold after a collective completed.
+
+A gloo (or nccl) work object keeps the tensors of its collective until the worker thread
+destroys it, which happens a moment *after* ``work.wait()`` has returned. Dropping the
+last C++ reference to a tensor that has a Python object needs the GIL. If the main thread
+has reached interpreter finalization by then, the worker's GIL request ends the thread
+through a forced unwind and the process dies with "terminate called without an active
+exception" (SIGABRT) although the script had finished: torch's own destroy_process_group
+does not wait for its workers to let go (pytorch/pytorch PR 179291 was abandoned).
+
+So every tensor handed to a backend is held here together with its reference count from
+before the call, and released once the count shows that the backend let go of it: at the
+next collective, when the context closes, and in an ``atexit`` hook (which runs while the
+interpreter is still whole) for contexts that were never closed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import time
+import weakref
+
+import attrs
+import torch
+
+#: how long closing (or exiting) waits for worker threads to drop finished work
+DRAIN_SECONDS = 5.0
+
+
+@attrs.define(eq=False)
+class InFlight:
+    """The tensors of one process group's recent collectives."""
+
+    held: list[tuple[torch.Tensor, int]] = attrs.Factory(list)
+
+    def __attrs_post_init__(self) -> None:
+        _LIVE.add(self)
+
+    def before(self, tensors: tuple[torch.Tensor, ...]) -> list[int]:
+        """Forget what the backend has let go of; the counts of ``tensors`` before the call."""
+        if self.held:
+            self.release()
+        return [_count(t) for t in tensors]
+
+    def after(self, tensors: tuple[torch.Tensor, ...], counts: list[int]) -> None:
+        self.held.extend(zip(tensors, counts, strict=True))
+
+    def release(self) -> None:
+        self.held = [(t, n) for t, n in self.held if _count(t) > n]
+
+    def drain(self, seconds: float = DRAIN_SECONDS) -> None:
+        """Wait (sleeping, so the workers can take the GIL) until the backend let go of all."""
+        deadline = time.monotonic() + seconds
+        self.release()
+        while self.held and time.monotonic() < deadline:
+            time.sleep(0.0005)
+            self.release()
+
+
+def _count(t: torch.Tensor) -> int:
+    """How many C++ references the tensor has (the Python object's own included)."""
+    return int(t._use_count())  # type: ignore[attr-defined]  # not in torch's stubs
+
+
+_LIVE: weakref.WeakSet[InFlight] = weakref.WeakSet()
+
+
+@atexit.register
+def _drain_all() -> None:
+    for inflight in list(_LIVE):
+        inflight.drain()
