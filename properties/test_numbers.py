@@ -115,3 +115,47 @@ def test_mixed_or_unsupported_types_raise_on_every_rank(runner: Runner, data: st
     if n == 1 and type(odd) in (float, bool):
         return  # one rank, one type: nothing is mixed
     same_error_everywhere(runner.run(reduce_value, values, "MAX"), "UnsupportedValueError")
+
+
+def _sums_in_a_row(ctx: DistContext, calls: list[tuple[str, list[Any]]]) -> list[tuple[str, object]]:
+    return [reduce_value(ctx, values, op) for op, values in calls]
+
+
+@given(data=st.data())
+def test_sums_in_a_row_are_each_the_exact_fold(runner: Runner, data: st.DataObject) -> None:
+    """SUM/AVERAGE calls of changing kinds on one group: each one the exact fold, or one error everywhere.
+
+    Small ints and two-rank floats take a one-collective path, everything else the gather,
+    and a group remembers which one its last float sum needed; none of that may show.
+    """
+    n = runner.world_size
+    near_2_40 = st.one_of(st.sampled_from([2**40 - 1, 2**40, 1 - 2**40, -(2**40), 0, -1]), st.integers(-(2**41), 2**41))
+    calls: list[tuple[str, list[Any]]] = []
+    for _ in range(data.draw(st.integers(1, 6))):
+        kind = data.draw(st.sampled_from(["int", "float", "mixed"] if n > 1 else ["int", "float"]))
+        op = data.draw(st.sampled_from(["SUM", "AVERAGE"]))
+        values: list[Any]
+        if kind == "int":
+            values = data.draw(st.lists(near_2_40, min_size=n, max_size=n))
+        elif kind == "float":
+            values = data.draw(st.lists(any_float(), min_size=n, max_size=n))
+        else:
+            where = data.draw(st.integers(0, n - 1))
+            values = [1.5 if r == where else 2 for r in range(n)]
+        calls.append((op, values))
+    results = runner.run(_sums_in_a_row, calls)
+    for i, (op, values) in enumerate(calls):
+        got = [r[i] for r in results]
+        kinds = {type(v) for v in values}
+        if int in kinds and op == "AVERAGE":  # checked on each rank before types are compared
+            same_error_everywhere(got, "UnsupportedOpError")
+        elif len(kinds) > 1:
+            same_error_everywhere(got, "UnsupportedValueError")
+        elif kinds == {int}:
+            assert got == [("ok", sum(values))] * n, (op, values, got)
+            assert all(type(v) is int for _, v in got)
+        else:
+            _all_same_bits(got)
+            expected = fold_numbers(op, values)
+            value: float = got[0][1]  # type: ignore[assignment]
+            assert math.isnan(value) if math.isnan(expected) else float_bits(value) == float_bits(expected)

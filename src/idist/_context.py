@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 import attrs
 import torch
 
-from . import _codec, _exchange
+from . import _codec, _exchange, _number_sum
 from ._errors import (
     CollectiveInputError,
     ContextClosedError,
@@ -89,6 +89,9 @@ class DistContext:
 
     MODEL_NAME: ClassVar[str] = "serial"
     VALID_OPS: ClassVar[tuple[str, ...]] = COMMON_OPS
+    #: the backend's float64 SUM all_reduce is exact on integers below 2**53 and is ``a + b``
+    #: for two ranks, so SUM/AVERAGE of Python numbers may use ``_number_sum``'s pair
+    EXACT_SUM_PAIRS: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ queries
     def get_rank(self) -> int:
@@ -253,12 +256,21 @@ class DistContext:
         if len(comm.ranks) == 1:  # a group of one: the same checks, nothing to exchange
             check_value_op(name, x)
             return fold_values(name, [x])
+        summing = self.EXACT_SUM_PAIRS and name in _number_sum.OPS and len(comm.ranks) < _number_sum.MAX_RANKS
+        if summing and not comm.sum_by_gather:
+            summed = _number_sum.pair(x, name)
+            self._allreduce_tensor(summed, "SUM", comm)
+            result = _number_sum.result(summed, len(comm.ranks), name)
+            if not isinstance(result, _number_sum.Miss):
+                return result
         try:
             check_value_op(name, x)
             frame = _codec.encode(x, allow_pickle=False)
         except IdistError as exc:
             frame = _codec.encode_error(exc)
         values = _exchange.decode_all(comm, _exchange.gather_frames(comm, frame), "all_reduce")
+        if summing:
+            comm.sum_by_gather = _number_sum.gather_next_time(values)
         return fold_values(name, values)
 
     @overload

@@ -35,6 +35,8 @@ class Comm(Protocol):
     def group_rank(self) -> int: ...
 
     slot: int
+    #: the last SUM of Python numbers had to be gathered (floats on 3+ ranks, see _number_sum)
+    sum_by_gather: bool
 
     def allgather_bytes(self, buf: torch.Tensor) -> torch.Tensor:
         """Gather equal-sized CPU uint8 buffers; returns ``size * len(buf)`` bytes (CPU)."""

@@ -133,6 +133,7 @@ class HorovodComm:
     ranks: tuple[int, ...]
     group_rank: int
     slot: int = 64
+    sum_by_gather: bool = False
     _seq: int = attrs.field(default=0, alias="_seq")
 
     def _name(self, kind: str) -> str:

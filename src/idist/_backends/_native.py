@@ -99,6 +99,7 @@ class NativeComm:
     #: where tensors must live for this backend (cuda for nccl), None for anywhere
     stage: torch.device | None = None
     slot: int = 64
+    sum_by_gather: bool = False
     #: failure reports, checked mode and section timeouts (None: adopted without a store)
     guard: Guard | None = None
     #: this group's namespace in the store, and its collective counters (see _guard)
@@ -183,6 +184,7 @@ class NativeContext(DistContext):
     """A torch.distributed process group (gloo, nccl or mpi) and its topology."""
 
     MODEL_NAME = "native-dist"
+    EXACT_SUM_PAIRS = True
     process_group: PGLike = attrs.field(repr=False)
     #: the process group's own timeout (``ctx.timeout(s)`` bounds a section without changing it)
     pg_timeout: datetime.timedelta = attrs.field(repr=False, default=DEFAULT_TIMEOUT)

@@ -18,6 +18,7 @@ class _SelfComm:
     ranks: tuple[int, ...] = (0,)
     group_rank: int = 0
     slot: int = 64
+    sum_by_gather: bool = False
 
     def allgather_bytes(self, buf: torch.Tensor) -> torch.Tensor:
         return buf

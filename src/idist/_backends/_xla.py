@@ -164,6 +164,7 @@ class XlaComm:
     #: xm replica groups: None for the world, else the group plus every other rank alone
     replica_groups: list[list[int]] | None
     slot: int = 64
+    sum_by_gather: bool = False
 
     @property
     def bystander(self) -> bool:
