@@ -11,14 +11,11 @@ rounds, and the median and interquartile range of the per-round ratio to the bas
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import platform
-import queue
-import socket
 import statistics
+import sys
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,61 +23,11 @@ from typing import Any
 
 OUT_DIR = Path(__file__).resolve().parent / "out"
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-# ------------------------------------------------------------------ spawning
-def _child(fn: Callable[..., Any], rank: int, env: dict[str, str], args: tuple[Any, ...], q: Any) -> None:
-    os.environ.update(env)
-    try:
-        q.put((rank, True, fn(rank, *args)))
-    except BaseException:
-        q.put((rank, False, traceback.format_exc()))
-
-
-def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float) -> list[Any]:
-    """Run ``fn(rank, *args)`` on ``world_size`` spawned processes (torchrun-style env)."""
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = str(free_port())
-    procs = []
-    for rank in range(world_size):
-        env = {
-            "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
-            "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
-        }  # fmt: skip
-        p = ctx.Process(target=_child, args=(fn, rank, env, args, q), daemon=True)
-        p.start()
-        procs.append(p)
-    results: dict[int, Any] = {}
-    deadline = time.monotonic() + timeout
-    try:
-        while len(results) < world_size:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"ranks {sorted(set(range(world_size)) - set(results))} ran past {timeout}s")
-            try:
-                rank, ok, value = q.get(timeout=min(left, 1.0))
-            except queue.Empty:
-                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in results]
-                if dead:
-                    raise RuntimeError(f"rank {dead[0]} exited with code {procs[dead[0]].exitcode}") from None
-                continue
-            if not ok:
-                raise RuntimeError(f"rank {rank} failed:\n{value}")
-            results[rank] = value
-    finally:
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join()
-        q.close()
-    return [results[r] for r in range(world_size)]
+# Ranks run on the test suite's harness (spawned gloo processes, torchrun-style variables, a
+# hard timeout): one implementation for both, and it does not go through idist's launchers.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from multiproc import free_port as free_port  # noqa: E402
+from multiproc import run_ranks as run_ranks  # noqa: E402
 
 
 # ------------------------------------------------------------ interleaving

@@ -30,6 +30,7 @@ from typing_extensions import Self, TypeVarTuple, Unpack
 from .._context import DistContext
 from .._errors import IdistError, LaunchEnvironmentError
 from ._errors import RankFailedError, WorldTimeoutError
+from ._outcomes import Outcomes
 
 R = TypeVar("R")
 Ts = TypeVarTuple("Ts")
@@ -200,8 +201,7 @@ class ProcessWorld:
         """Call ``fn(ctx, *args)`` on every rank; the results in rank order."""
         self.start()
         job = _dumps((fn, args))
-        results: dict[int, R] = {}
-        failures: dict[int, BaseException] = {}
+        out: Outcomes[R] = Outcomes(self.world_size)
         deadline = time.monotonic() + self.timeout
         waiting = {conn: rank for rank, conn in enumerate(self._conns)}
         try:
@@ -210,29 +210,23 @@ class ProcessWorld:
             while waiting:
                 # after a failure, give the others a moment to finish: if they all do, no
                 # rank is stuck in a collective and the pool can stay
-                until = deadline if not failures else min(deadline, time.monotonic() + FAILURE_GRACE)
+                until = deadline if not out.failures else min(deadline, time.monotonic() + FAILURE_GRACE)
                 left = until - time.monotonic()
                 ready = mpc.wait(list(waiting), timeout=left) if left > 0 else []
                 if not ready:
                     break
                 for got in ready:
                     rank = waiting.pop(got)  # type: ignore[call-overload]
-                    ok, value = self._receive(rank)
-                    if ok:
-                        results[rank] = value  # type: ignore[assignment]
-                    else:
-                        failures[rank] = value  # type: ignore[assignment]
+                    out.add(rank, *self._receive(rank))
         except BaseException:
             self._kill()
             raise
         if waiting:
             self._kill()  # those ranks may be stuck in a collective with a failed one
-            if not failures:
-                raise WorldTimeoutError(tuple(sorted(waiting.values())), self.world_size, self.timeout, {})
-        if failures:
-            rank = next(iter(failures))
-            raise RankFailedError(rank, self.world_size, failures) from failures[rank]
-        return [results[r] for r in range(self.world_size)]
+            if not out.failures:
+                raise out.timeout_error(self.timeout)
+        out.raise_first_failure()
+        return out.in_rank_order()
 
     def _receive(self, rank: int) -> tuple[bool, object]:
         try:

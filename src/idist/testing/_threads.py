@@ -31,7 +31,7 @@ from typing_extensions import Self, TypeVarTuple, Unpack
 from .._backends._native import NativeContext, create_in_process
 from .._errors import LaunchEnvironmentError
 from .._stack import use
-from ._errors import RankFailedError, WorldTimeoutError
+from ._outcomes import Outcomes
 
 R = TypeVar("R")
 Ts = TypeVarTuple("Ts")
@@ -180,11 +180,10 @@ class SimulatedWorld:
         run_id = next(self._runs)
         for t in self._ranks:
             t.jobs.put((run_id, fn, args))
-        results: dict[int, R] = {}
-        failures: dict[int, BaseException] = {}
+        out: Outcomes[R] = Outcomes(self.world_size)
         deadline = time.monotonic() + self.timeout
         try:
-            while len(results) + len(failures) < self.world_size:
+            while out.unfinished:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -194,23 +193,17 @@ class SimulatedWorld:
                     break
                 if rid is not None and rid != run_id:
                     continue  # a late report from an abandoned run
-                if ok:
-                    results[rank] = value  # type: ignore[assignment]
-                else:
-                    failures[rank] = value  # type: ignore[assignment]
+                out.add(rank, ok, value)
         except BaseException:
             self._abandon()
             raise
-        if len(results) + len(failures) < self.world_size:
-            unfinished = tuple(r for r in range(self.world_size) if r not in results and r not in failures)
+        if out.unfinished:
             self._abandon()
-            first = next(iter(failures.values()), None)
-            raise WorldTimeoutError(unfinished, self.world_size, self.timeout, failures) from first
-        if failures:
+            raise out.timeout_error(self.timeout) from next(iter(out.failures.values()), None)
+        if out.failures:
             self._stop(wait=5.0)
-            rank = next(iter(failures))
-            raise RankFailedError(rank, self.world_size, failures) from failures[rank]
-        return [results[r] for r in range(self.world_size)]
+            out.raise_first_failure()
+        return out.in_rank_order()
 
     def _stop(self, wait: float) -> None:
         ranks, self._ranks = self._ranks, []

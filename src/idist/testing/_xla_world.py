@@ -31,6 +31,7 @@ from typing_extensions import TypeVarTuple, Unpack
 from .._context import DistContext
 from .._errors import LaunchEnvironmentError
 from ._errors import RankFailedError, WorldTimeoutError
+from ._outcomes import Outcomes
 from ._processes import RemoteError, _pack
 
 R = TypeVar("R")
@@ -160,33 +161,24 @@ class XlaWorld:
     def run(self, fn: Callable[[DistContext, Unpack[Ts]], R], *args: Unpack[Ts]) -> list[R]:
         """Call ``fn(ctx, *args)`` on every device thread; the results in rank order."""
         conn = self.start()
-        results: dict[int, R] = {}
-        failures: dict[int, BaseException] = {}
+        out: Outcomes[R] = Outcomes(self.world_size)
         try:
             conn.send_bytes(pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL))
             for _ in range(self.world_size):
                 if not conn.poll(self.timeout):
-                    unfinished = tuple(r for r in range(self.world_size) if r not in results and r not in failures)
-                    raise WorldTimeoutError(unfinished, self.world_size, self.timeout, failures)
+                    raise out.timeout_error(self.timeout)
                 try:
                     rank, reply = pickle.loads(conn.recv_bytes())
                 except EOFError:
                     dead = RemoteError(f"the XLA process died (exit code {self._exitcode()})")
-                    first = next(iter(failures), min(set(range(self.world_size)) - set(results)))
-                    failures.setdefault(first, dead)
-                    raise RankFailedError(first, self.world_size, failures) from failures[first]
-                ok, value = pickle.loads(reply)
-                if ok:
-                    results[rank] = value
-                else:
-                    failures[rank] = value
-            if failures:
-                first = next(iter(failures))
-                raise RankFailedError(first, self.world_size, failures) from failures[first]
+                    out.failures.setdefault(next(iter(out.failures), min(out.unfinished)), dead)
+                    out.raise_first_failure()
+                out.add(rank, *pickle.loads(reply))
+            out.raise_first_failure()
         except BaseException:
             self.close()
             raise
-        return [results[r] for r in range(self.world_size)]
+        return out.in_rank_order()
 
     def _exitcode(self) -> object:
         if self._proc is None:
