@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -60,3 +62,20 @@ def run_py(args: Sequence[str], timeout: float = 180.0, **kw: object) -> subproc
     return subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, timeout=timeout, check=False, env=env, **kw
     )  # type: ignore[call-overload, no-any-return]
+
+
+def json_reports(text: str, marker: str = "") -> list[Any]:
+    """Every JSON value printed after ``marker`` in ``text`` (``marker=""``: every object).
+
+    Ranks that share a stdout (mpirun, torch_xla.launch) can merge two reports on one line,
+    so this decodes each value where it starts rather than one per line.
+    """
+    decoder = json.JSONDecoder()
+    found: list[Any] = []
+    start = marker or "{"
+    pos = text.find(start)
+    while pos != -1:
+        value, end = decoder.raw_decode(text, pos + len(marker))
+        found.append(value)
+        pos = text.find(start, end)
+    return found

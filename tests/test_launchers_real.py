@@ -7,7 +7,6 @@ slurmd + munge on localhost, started for this module and stopped after) when
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -22,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from launch_util import SCRIPTS, clean_env
+from launch_util import SCRIPTS, clean_env, json_reports
 
 pytestmark = pytest.mark.timeout(300)
 PY = sys.executable
@@ -32,16 +31,7 @@ SETUP_HINT = "run scripts/setup-system.sh (needs root and apt-get)"
 
 
 def _json_lines(stdout: str) -> list[dict[str, Any]]:
-    # mpirun merges the ranks' stdout: two reports can land on one line, so decode every
-    # JSON object in the text rather than one per line
-    decoder = json.JSONDecoder()
-    reports: list[dict[str, Any]] = []
-    pos = stdout.find("{")
-    while pos != -1:
-        obj, end = decoder.raw_decode(stdout, pos)
-        reports.append(obj)
-        pos = stdout.find("{", end)
-    return sorted(reports, key=lambda r: r.get("rank", 0))
+    return sorted(json_reports(stdout), key=lambda r: r.get("rank", 0))  # mpirun merges the ranks' stdout
 
 
 def _run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:

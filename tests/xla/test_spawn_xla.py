@@ -8,7 +8,6 @@ torch_xla is not installed.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import signal
 import subprocess
@@ -26,6 +25,7 @@ if importlib.util.find_spec("torch_xla") is None:
 
 import idist
 from idist import LaunchError
+from launch_util import json_reports
 
 from . import cases_spawn
 
@@ -112,8 +112,7 @@ def test_a_failing_replica_is_named_and_its_xla_process_stopped(tmp_path: Path, 
 
 
 def _replicas(out: str) -> list[dict[str, Any]]:
-    lines = [json.loads(line[6:]) for line in out.splitlines() if line.startswith("IDIST ")]
-    return sorted(lines, key=lambda r: r["index"])
+    return sorted(json_reports(out, "IDIST "), key=lambda r: r["index"])  # replicas share stdout
 
 
 @pytest.mark.parametrize("n", [1, 2])
@@ -139,9 +138,7 @@ def test_torch_xla_loaded_without_a_launcher_stays_serial() -> None:
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert [json.loads(line[6:]) for line in proc.stdout.splitlines() if line.startswith("IDIST ")] == [
-        ["SerialContext", "serial", None]
-    ]
+    assert json_reports(proc.stdout, "IDIST ") == [["SerialContext", "serial", None]]
 
 
 def test_ctrl_c_in_the_parent_stops_the_xla_process(tmp_path: Path) -> None:

@@ -25,13 +25,17 @@ import torch
 
 #: how long closing (or exiting) waits for worker threads to drop finished work
 DRAIN_SECONDS = 5.0
+#: how long it waits for the tensors of collectives that failed: their work is either
+#: finished (let go at once) or stuck in the backend for good (waiting cannot help)
+FAILED_SECONDS = 0.25
 
 
 @attrs.define(eq=False)
 class InFlight:
     """The tensors of one process group's recent collectives."""
 
-    held: list[tuple[torch.Tensor, int]] = attrs.Factory(list)
+    #: (tensor, its count before the call, whether the call failed)
+    held: list[tuple[torch.Tensor, int, bool]] = attrs.Factory(list)
 
     def __attrs_post_init__(self) -> None:
         _LIVE.add(self)
@@ -42,17 +46,20 @@ class InFlight:
             self.release()
         return [_count(t) for t in tensors]
 
-    def after(self, tensors: tuple[torch.Tensor, ...], counts: list[int]) -> None:
-        self.held.extend(zip(tensors, counts, strict=True))
+    def after(self, tensors: tuple[torch.Tensor, ...], counts: list[int], failed: bool = False) -> None:
+        self.held.extend((t, n, failed) for t, n in zip(tensors, counts, strict=True))
 
     def release(self) -> None:
-        self.held = [(t, n) for t, n in self.held if _count(t) > n]
+        self.held = [entry for entry in self.held if _count(entry[0]) > entry[1]]
 
     def drain(self, seconds: float = DRAIN_SECONDS) -> None:
         """Wait (sleeping, so the workers can take the GIL) until the backend let go of all."""
-        deadline = time.monotonic() + seconds
+        start = time.monotonic()
         self.release()
-        while self.held and time.monotonic() < deadline:
+        while self.held:
+            waited = time.monotonic() - start
+            if waited >= seconds or (waited >= FAILED_SECONDS and all(failed for *_, failed in self.held)):
+                return
             time.sleep(0.0005)
             self.release()
 

@@ -114,14 +114,16 @@ class NativeComm:
     def _wait(self, work: Callable[[], Work], what: str, *tensors: torch.Tensor) -> None:
         self.seq += 1
         counts = self.inflight.before(tensors)
+        failed = True
         try:
             work().wait()
+            failed = False
         except RuntimeError as exc:
             if self.guard is None:
                 raise
             raise self.guard.failure(self, exc, what) from exc
         finally:
-            self.inflight.after(tensors, counts)
+            self.inflight.after(tensors, counts, failed)
 
     def _timeout(self) -> datetime.timedelta | None:
         guard = self.guard
