@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +36,20 @@ def wait_gone(pids: Sequence[int], timeout: float = 20.0) -> list[int]:
     return [p for p in pids if alive(p)]
 
 
+def marker_pids(marker: Path, n: int) -> list[int]:
+    """The pids written so far in ``marker.0`` .. ``marker.<n-1>`` (missing or empty files skipped)."""
+    files = [Path(f"{marker}.{i}") for i in range(n)]
+    return [int(text) for f in files if f.exists() and (text := f.read_text())]
+
+
 def wait_markers(marker: Path, n: int, timeout: float = 90.0) -> list[int]:
     """Wait for ``marker.0`` .. ``marker.<n-1>`` and return the pids written in them."""
     deadline = time.monotonic() + timeout
     files = [Path(f"{marker}.{i}") for i in range(n)]
     while time.monotonic() < deadline:
-        if all(f.exists() and f.read_text() for f in files):
-            return [int(f.read_text()) for f in files]
+        pids = marker_pids(marker, n)
+        if len(pids) == n:
+            return pids
         time.sleep(0.1)
     raise TimeoutError(f"ranks did not start within {timeout}s: {[f.name for f in files if not f.exists()]}")
 
@@ -79,3 +86,22 @@ def json_reports(text: str, marker: str = "") -> list[Any]:
         found.append(value)
         pos = text.find(start, end)
     return found
+
+
+def run_together(
+    cmds: Sequence[Sequence[str]], envs: Sequence[Mapping[str, str]], timeout: float
+) -> list[subprocess.CompletedProcess[str]]:
+    """Start every command at once (peers of one job), wait for all; none outlives the call."""
+    procs = [
+        subprocess.Popen(list(cmd), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for cmd, env in zip(cmds, envs, strict=True)
+    ]
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    return [
+        subprocess.CompletedProcess(p.args, p.returncode, out, err) for p, (out, err) in zip(procs, outs, strict=True)
+    ]

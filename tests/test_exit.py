@@ -8,7 +8,6 @@ waits for the workers when a context closes and at exit (``_backends/_inflight.p
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import torch
@@ -16,7 +15,7 @@ import torch
 import idist
 from idist.launch import reserve_port
 from idist.testing import simulate
-from launch_util import clean_env
+from launch_util import clean_env, run_together
 
 
 def _collectives_then_close(ctx: idist.NativeContext) -> tuple[int, int]:
@@ -51,16 +50,7 @@ def test_a_script_that_never_finalizes_exits_cleanly() -> None:
     with reserve_port() as reservation:
         port = str(reservation.port)
         reservation.close()
-        procs = [
-            subprocess.Popen([sys.executable, "-c", _NEVER_FINALIZED, str(r), port], env=clean_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for r in (0, 1)
-        ]  # fmt: skip
-        try:
-            outs = [p.communicate(timeout=120) for p in procs]
-        finally:
-            for p in procs:
-                p.kill()
-                p.wait()
-    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
-    assert [out.split() for out, _ in outs] == [["use_count", "1"]] * 2
+        cmds = [[sys.executable, "-c", _NEVER_FINALIZED, str(r), port] for r in (0, 1)]
+        done = run_together(cmds, [clean_env()] * 2, timeout=120)
+    assert [p.returncode for p in done] == [0, 0], [p.stderr for p in done]
+    assert [p.stdout.split() for p in done] == [["use_count", "1"]] * 2

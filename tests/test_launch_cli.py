@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from idist.launch import reserve_port
-from launch_util import SCRIPTS, clean_env, run_py
+from launch_util import SCRIPTS, clean_env, run_py, run_together
 
 pytestmark = pytest.mark.timeout(300)
 REPORT = str(SCRIPTS / "report.py")
@@ -53,19 +53,9 @@ def test_run_multi_node_on_one_host_through_the_cli() -> None:
     with reserve_port() as reservation:
         port = str(reservation.port)
         cmd = [sys.executable, "-m", "idist", "run", "-n", "2", "--nnodes", "2", "--master-port", port]
-        procs = [
-            subprocess.Popen([*cmd, "--node-rank", str(k), REPORT], env=clean_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for k in (0, 1)
-        ]  # fmt: skip
-        try:
-            outs = [p.communicate(timeout=240) for p in procs]
-        finally:
-            for p in procs:
-                p.kill()
-                p.wait()
-    assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
-    reports = _reports(outs[0][0] + outs[1][0])
+        done = run_together([[*cmd, "--node-rank", str(k), REPORT] for k in (0, 1)], [clean_env()] * 2, timeout=240)
+    assert [p.returncode for p in done] == [0, 0], [p.stderr for p in done]
+    reports = _reports(done[0].stdout + done[1].stdout)
     assert [p for p, _ in reports] == ["[rank0]", "[rank1]", "[rank2]", "[rank3]"]
     for rank, (_, r) in enumerate(reports):
         assert (r["world_size"], r["nnodes"], r["node_rank"], r["local_rank"]) == (4, 2, rank // 2, rank % 2)

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from launch_util import SCRIPTS, clean_env, json_reports
+from launch_util import SCRIPTS, clean_env, json_reports, run_together
 
 pytestmark = pytest.mark.timeout(300)
 PY = sys.executable
@@ -221,21 +221,15 @@ def test_the_exact_variables_srun_sets_are_enough() -> None:
     comes from the job id (15000 + id % 20000), so the job id is picked to give a free port.
     """
     job = next(j for j in (random.randrange(1, 20000) for _ in range(100)) if _port_is_free(15000 + j))
-    procs = []
-    for rank in range(2):
-        env = clean_env(
+    envs = [
+        clean_env(
             SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank), SLURM_NODEID="0", SLURM_NTASKS="2",
             SLURM_NPROCS="2", SLURM_NNODES="1", SLURM_JOB_NODELIST=socket.gethostname(), SLURM_JOB_ID=str(job),
             SLURM_TASKS_PER_NODE="2", SLURM_STEP_NUM_TASKS="2", SLURM_STEP_TASKS_PER_NODE="2",
             SLURM_JOB_NUM_NODES="1", SLURM_NODELIST=socket.gethostname(),
-        )  # fmt: skip
-        procs.append(subprocess.Popen([PY, REPORT], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))  # fmt: skip
-    try:
-        outs = [p.communicate(timeout=180) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-    assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
-    _check_world(_json_lines(outs[0][0] + outs[1][0]), "slurm")
+        )
+        for rank in range(2)
+    ]  # fmt: skip
+    done = run_together([[PY, REPORT]] * 2, envs, timeout=180)
+    assert [p.returncode for p in done] == [0, 0], [p.stderr for p in done]
+    _check_world(_json_lines(done[0].stdout + done[1].stdout), "slurm")

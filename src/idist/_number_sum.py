@@ -33,7 +33,8 @@ from ._reduce import check_value_op
 MAX_RANKS = 1 << 13
 #: ints strictly inside ±SMALL_INT take the pair path
 SMALL_INT = 1 << 40
-_INT, _FLOAT, _OTHER = 1.0, float(1 << 13), float(1 << 26)
+#: kind codes: fewer than MAX_RANKS ranks, so each kind's count is one base-MAX_RANKS digit
+_INT, _FLOAT, _OTHER = 1.0, float(MAX_RANKS), float(MAX_RANKS**2)
 OPS = ("SUM", "AVERAGE")
 
 
@@ -60,10 +61,9 @@ def pair(x: object, op: str) -> torch.Tensor:
 def result(summed: torch.Tensor, n: int, op: str) -> int | float | Miss:
     """The exact result from the summed pairs of ``n`` ranks, or ``MISS``."""
     code, value = (float(v) for v in summed.tolist())
-    counts = int(code)
-    if counts == n:  # ints only
+    if code == n * _INT:  # ints only
         return int(value)
-    if n == 2 and counts == 2 * (1 << 13):  # two floats
+    if n == 2 and code == 2 * _FLOAT:  # two floats
         return value / 2 if op == "AVERAGE" else value
     return MISS
 

@@ -21,39 +21,11 @@ import pytest
 
 import idist
 from idist import LaunchError
+from launch_util import marker_pids, wait_gone, wait_markers
 
 pytestmark = pytest.mark.timeout(600)
 
 HERE = Path(__file__).resolve().parent
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def _wait_gone(pids: list[int], timeout: float) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        time.sleep(0.1)
-    return [p for p in pids if _alive(p)]
-
-
-def _pids(marker: Path, n: int) -> list[int]:
-    return [int(Path(f"{marker}.{r}").read_text()) for r in range(n) if Path(f"{marker}.{r}").exists()]
-
-
-def _wait_markers(marker: Path, n: int, timeout: float = 180.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pids = _pids(marker, n)
-        if len(pids) == n:
-            return pids
-        time.sleep(0.2)
-    raise TimeoutError(f"the ranks did not start within {timeout}s")
 
 
 def _check(results: list[dict[str, object]], x: float, scale: int) -> None:
@@ -109,7 +81,7 @@ def test_a_rank_that_raises_is_named_with_its_traceback(tmp_path: Path, bad_rank
     assert "ZeroDivisionError" in str(err) and f"the other ranks ({1 - bad_rank}) were stopped" in str(err)
     assert "PeerLostError" not in str(err)
     assert took < 90, took
-    assert _wait_gone(_pids(marker, 2), 10) == []
+    assert wait_gone(marker_pids(marker, 2), 10) == []
 
 
 def test_a_rank_killed_by_a_signal_is_named_with_the_signal(tmp_path: Path) -> None:
@@ -119,7 +91,7 @@ def test_a_rank_killed_by_a_signal_is_named_with_the_signal(tmp_path: Path) -> N
     err = info.value
     assert err.rank == 1 and err.signal_name == "SIGKILL", str(err)
     assert "killed by SIGKILL" in str(err)
-    assert _wait_gone(_pids(marker, 2), 10) == []
+    assert wait_gone(marker_pids(marker, 2), 10) == []
 
 
 def test_sys_exit_and_an_unpicklable_result_are_failures_of_that_rank(tmp_path: Path) -> None:
@@ -145,12 +117,12 @@ def test_ctrl_c_in_the_parent_stops_every_rank(tmp_path: Path) -> None:
     marker = tmp_path / "pid"
     parent = _parent(marker, tmp_path / "tmp")
     try:
-        pids = _wait_markers(marker, 2)
+        pids = wait_markers(marker, 2, timeout=180)
         parent.send_signal(signal.SIGINT)
         _, err = parent.communicate(timeout=60)
         assert parent.returncode in (1, 130, -signal.SIGINT), err[-3000:]
         assert "KeyboardInterrupt" in err
-        assert _wait_gone(pids, 15) == []
+        assert wait_gone(pids, 15) == []
         assert list((tmp_path / "tmp").iterdir()) == []  # the report folder went with the launch
     finally:
         parent.kill()
@@ -161,12 +133,12 @@ def test_a_parent_killed_with_sigkill_leaves_no_rank_behind(tmp_path: Path) -> N
     marker = tmp_path / "pid"
     parent = _parent(marker, tmp_path / "killed")  # a parent killed outright cannot clean up its folder
     try:
-        pids = _wait_markers(marker, 2)
+        pids = wait_markers(marker, 2, timeout=180)
         parent.kill()
         parent.communicate(timeout=30)
         # the launcher process sees its parent gone (0.5 s watchdog) and Horovod's
         # middlemen see the launcher gone; each stops what it started
-        assert _wait_gone(pids, 30) == []
+        assert wait_gone(pids, 30) == []
     finally:
         parent.kill()
         parent.communicate()

@@ -25,7 +25,7 @@ if importlib.util.find_spec("torch_xla") is None:
 
 import idist
 from idist import LaunchError
-from launch_util import json_reports
+from launch_util import json_reports, marker_pids, wait_gone
 
 from . import cases_spawn
 
@@ -33,25 +33,6 @@ pytestmark = pytest.mark.timeout(600)
 
 TESTS = Path(__file__).resolve().parent.parent
 SCRIPT = TESTS / "xla" / "cases_spawn.py"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def _wait_gone(pids: list[int], timeout: float) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        time.sleep(0.1)
-    return [p for p in pids if _alive(p)]
-
-
-def _pids(marker: Path, n: int) -> list[int]:
-    return [int(Path(f"{marker}.{r}").read_text()) for r in range(n) if Path(f"{marker}.{r}").exists()]
 
 
 @pytest.fixture(autouse=True)
@@ -108,7 +89,7 @@ def test_a_failing_replica_is_named_and_its_xla_process_stopped(tmp_path: Path, 
     assert err.traceback is not None and f"deliberate failure on replica {bad}" in err.traceback
     assert "ZeroDivisionError" in str(err)
     assert took < 150, took  # the other replica, stuck in the barrier, did not hold the launch
-    assert _wait_gone(_pids(marker, n), 10) == []
+    assert wait_gone(marker_pids(marker, n), 10) == []
 
 
 def _replicas(out: str) -> list[dict[str, Any]]:
@@ -149,14 +130,14 @@ def test_ctrl_c_in_the_parent_stops_the_xla_process(tmp_path: Path) -> None:
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 300
-        while len(_pids(marker, 2)) < 2 and time.monotonic() < deadline and parent.poll() is None:
+        while len(marker_pids(marker, 2)) < 2 and time.monotonic() < deadline and parent.poll() is None:
             time.sleep(0.2)
-        pids = _pids(marker, 2)
+        pids = marker_pids(marker, 2)
         assert len(pids) == 2, parent.stderr.read() if parent.poll() is not None and parent.stderr else ""
         parent.send_signal(signal.SIGINT)
         _, err = parent.communicate(timeout=60)
         assert "KeyboardInterrupt" in err, err[-3000:]
-        assert _wait_gone(pids, 15) == []  # the report folder went too: see _private_tmp
+        assert wait_gone(pids, 15) == []  # the report folder went too: see _private_tmp
     finally:
         parent.kill()
         parent.communicate()

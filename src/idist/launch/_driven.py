@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
-import multiprocessing as mp
 import os
 import re
 import time
@@ -33,7 +32,7 @@ import attrs
 from .. import _stack
 from .._context import DistContext
 from .._errors import BackendUnavailableError, LaunchConfigError, LaunchError
-from ._procs import Topology, start
+from ._procs import Topology, check_start_method, start
 from ._reports import Reporter, ReportFolder
 
 #: backend -> (package that must be importable, module of its driver)
@@ -70,10 +69,7 @@ def check_options(
 ) -> None:
     """``LaunchConfigError`` for what the backend's own launcher cannot do."""
     who = {"horovod": "horovod.run", "xla-tpu": "torch_xla.launch"}[backend]
-    if start_method not in mp.get_all_start_methods():
-        raise LaunchConfigError(
-            f"start_method={start_method!r} is not available here; use one of {', '.join(mp.get_all_start_methods())}"
-        )
+    check_start_method(start_method)
     if not join:
         raise LaunchConfigError(
             f"spawn(backend={backend!r}) always joins ({who} returns when every rank is done); drop join=False"

@@ -27,7 +27,7 @@ import attrs
 
 from .._errors import LaunchError
 from ._driven import Job, call_rank
-from ._reports import Reporter, ReportFolder, rank_failure
+from ._reports import Reporter, ReportFolder, earliest, rank_failure
 
 #: seconds horovod.run may take to start its workers (HOROVOD_START_TIMEOUT overrides)
 START_TIMEOUT = 120
@@ -78,14 +78,15 @@ def _blame(folder: ReportFolder, exc: Exception, world_size: int) -> LaunchError
     clause (a signal, ``os._exit``).
     """
     errors = folder.errors()
-    own = [e for e in errors.values() if e.kind != "PeerLostError"]
-    if own:
-        return rank_failure(min(own, key=lambda e: e.when), world_size)
+    own = earliest(e for e in errors.values() if e.kind != "PeerLostError")
+    if own is not None:
+        return rank_failure(own, world_size)
     done = folder.read("ok")
     silent = [r for r in range(world_size) if r not in errors and r not in done]
-    if silent or not errors:
+    first = earliest(errors.values())
+    if silent or first is None:
         return _unreported(exc, world_size, silent)
-    return rank_failure(min(errors.values(), key=lambda e: e.when), world_size)
+    return rank_failure(first, world_size)
 
 
 def _reachable_from_ranks(job: Job) -> None:

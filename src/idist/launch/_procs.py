@@ -324,6 +324,14 @@ def checked_args(fn: object, args: object) -> tuple[Any, ...]:
     return args
 
 
+def check_start_method(start_method: str) -> None:
+    """``LaunchConfigError`` when this platform's multiprocessing lacks ``start_method``."""
+    if start_method not in mp.get_all_start_methods():
+        raise LaunchConfigError(
+            f"start_method={start_method!r} is not available here; use one of {', '.join(mp.get_all_start_methods())}"
+        )
+
+
 def start(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -344,10 +352,7 @@ def start(
     MASTER_ADDR... is set for them. ``extra_env``: more variables for every process.
     """
     args = checked_args(fn, args)
-    if start_method not in mp.get_all_start_methods():
-        raise LaunchConfigError(
-            f"start_method={start_method!r} is not available here; use one of {', '.join(mp.get_all_start_methods())}"
-        )
+    check_start_method(start_method)
     topology.check()
     reservation: PortReservation | None = None
     addr = topology.master_addr or LOOPBACK

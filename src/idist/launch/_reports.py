@@ -18,6 +18,7 @@ import shutil
 import tempfile
 import time
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeAlias, final
@@ -112,8 +113,7 @@ class ReportFolder:
 
     def first_error(self) -> RankError | None:
         """The failure that happened first."""
-        errors = list(self.errors().values())
-        return min(errors, key=lambda e: e.when) if errors else None
+        return earliest(self.errors().values())
 
     def results(self, world_size: int, launcher: str) -> list[Any]:
         """Every rank's return value in rank order, or ``LaunchError`` naming the missing ranks."""
@@ -136,6 +136,11 @@ class ReportFolder:
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def earliest(errors: Iterable[RankError]) -> RankError | None:
+    """The failure that happened first, or None for none."""
+    return min(errors, key=lambda e: e.when, default=None)
 
 
 def rank_failure(err: RankError, world_size: int) -> LaunchError:
