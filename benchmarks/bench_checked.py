@@ -43,8 +43,7 @@ def _time(ctx: idist.NativeContext, fn: Callable[[idist.NativeContext], object],
 
 def _worker(rank: int, port: int, rounds: int, calls: int, out: str) -> None:
     ctx = idist.initialize("gloo", rank=rank, world_size=2, master_addr="127.0.0.1", master_port=port)
-    guard = ctx._state.guard
-    assert guard is not None
+    guard = ctx._state.world.guard
     results: dict[str, dict[str, list[float]]] = {k: {"plain": [], "checked": []} for k in WORKLOADS}
     for r in range(rounds + 2):  # two warm-up rounds
         for name, fn in WORKLOADS.items():

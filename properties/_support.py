@@ -1,11 +1,12 @@
 """Strategies, reference folds and comparisons shared by the property suites.
 
-Everything here is written from DESIGN.md §3, not from idist's code, so a property
+Everything here is written from the documented semantics (docs/semantics.md), not from idist's code, so a property
 compares idist against an independent statement of the contract.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import struct
@@ -23,7 +24,7 @@ T = TypeVar("T")
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
-#: the dtypes §3 names for all_reduce
+#: the dtypes the semantics name for all_reduce
 REDUCE_DTYPES = (torch.int32, torch.int64, torch.float32, torch.float64, torch.bool)
 #: every dtype a tensor may have in all_gather / broadcast
 MOVE_DTYPES = (
@@ -35,7 +36,7 @@ OPS = ("SUM", "PRODUCT", "MIN", "MAX", "AVERAGE", "AND", "OR")
 
 
 def valid_ops(dtype: torch.dtype) -> tuple[str, ...]:
-    """§3: AVERAGE on floating point only; AND/OR on bool and integers; bool has no SUM/PRODUCT."""
+    """AVERAGE on floating point only; AND/OR on bool and integers; bool has no SUM/PRODUCT."""
     if dtype == torch.bool:
         return ("MIN", "MAX", "AND", "OR")
     if dtype.is_floating_point:
@@ -107,19 +108,13 @@ def equal_values(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 # ------------------------------------------------------------ reference folds
 def fold_tensors(op: str, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """§3's meaning of each op, elementwise over the ranks' tensors (rank order)."""
+    """the contract's meaning of each op, elementwise over the ranks' tensors (rank order)."""
     dtype = tensors[0].dtype
     if dtype in (torch.uint16, torch.uint32):
         # torch has no arithmetic kernels for these: fold the same values in int64
         return fold_tensors(op, [t.to(torch.int64) for t in tensors]).to(dtype)
     if dtype == torch.uint64:
-        # same bits as int64 (SUM/PRODUCT/AND/OR modulo 2**64); flipping the top bit maps
-        # unsigned order onto signed order for MIN/MAX
-        top = torch.tensor(INT64_MIN, dtype=torch.int64)
-        flip = op in ("MIN", "MAX")
-        signed = [t.contiguous().view(torch.int64) ^ top if flip else t.contiguous().view(torch.int64) for t in tensors]
-        acc64 = fold_tensors(op, signed)
-        return (acc64 ^ top if flip else acc64).view(torch.uint64)
+        return _fold_uint64(op, tensors)
     acc = tensors[0].clone()
     for t in tensors[1:]:
         if op in ("SUM", "AVERAGE"):
@@ -139,8 +134,21 @@ def fold_tensors(op: str, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return acc.to(tensors[0].dtype)
 
 
+def _fold_uint64(op: str, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """uint64 element by element with Python ints (torch has few uint64 kernels): unsigned
+    values, SUM/PRODUCT modulo 2**64."""
+    rows = [[v % 2**64 for v in t.contiguous().view(torch.int64).reshape(-1).tolist()] for t in tensors]
+    folds: dict[str, Any] = {
+        "SUM": lambda a, b: (a + b) % 2**64, "PRODUCT": lambda a, b: (a * b) % 2**64,
+        "MIN": min, "MAX": max, "AND": lambda a, b: a & b, "OR": lambda a, b: a | b,
+    }  # fmt: skip
+    out = [functools.reduce(folds[op], column) for column in zip(*rows, strict=True)]
+    signed = torch.tensor([v - 2**64 if v > INT64_MAX else v for v in out], dtype=torch.int64)
+    return signed.view(torch.uint64).reshape(tensors[0].shape)
+
+
 def fold_numbers(op: str, values: Sequence[Any]) -> Any:
-    """§3 for Python numbers: exact, left to right in rank order; MIN/MAX propagate NaN."""
+    """for Python numbers: exact, left to right in rank order; MIN/MAX propagate NaN."""
     if op in ("MIN", "MAX") and isinstance(values[0], float):
         if any(math.isnan(v) for v in values):
             return math.nan
@@ -228,7 +236,7 @@ def any_path() -> st.SearchStrategy[Path]:
 
 
 def plain_values() -> st.SearchStrategy[Any]:
-    """Every type §3 moves without pickle, plus picklable containers."""
+    """Every type the codec moves without pickle, plus picklable containers."""
     scalars = st.one_of(
         st.integers(),
         st.integers(-(2**200), 2**200),

@@ -1,4 +1,4 @@
-"""§3 ``all_gather``: one entry per rank in rank order, exact round trips, any shapes."""
+"""``all_gather``: one entry per rank in rank order, exact round trips, any shapes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""§3 ``all_reduce(t: Tensor)`` and the ops row, on every runner."""
+"""``all_reduce(t: Tensor)`` and the ops row, on every runner."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def reduce_case(draw: st.DrawFn, world_size: int) -> tuple[torch.dtype, str, lis
 
 @given(data=st.data())
 def test_tensor_all_reduce_is_the_reference_fold_in_place(runner: Runner, data: st.DataObject) -> None:
-    """Every (dtype, valid op): the result equals §3's elementwise fold on every rank, lands
+    """Every (dtype, valid op): the result equals the contract's elementwise fold on every rank, lands
     in the input tensor, which is returned itself, with dtype, shape, device and strides kept."""
     dtype, op, inputs, view = data.draw(reduce_case(runner.world_size))
     expected = fold_tensors(op, inputs)
@@ -115,7 +115,7 @@ def test_an_op_the_dtype_cannot_do_raises_on_every_rank(runner: Runner, dtype: t
 
 @given(dtype=st.sampled_from(MOVE_DTYPES), op=st.sampled_from(OPS))
 def test_any_dtype_reduces_or_is_refused_on_every_rank(runner: Runner, dtype: torch.dtype, op: str) -> None:
-    """Beyond §3's five dtypes: a backend either reduces correctly or refuses with the same
+    """Beyond the contract's five dtypes: a backend either reduces correctly or refuses with the same
     typed error on every rank before communicating; it never loses the group."""
     results = runner.run(reduce_outcome, dtype, op)
     assert len({r[0] for r in results}) == 1, results
@@ -135,7 +135,7 @@ def op_outcome(ctx: DistContext, op: Any) -> tuple[bool, tuple[str, object]]:
 
 def test_unknown_op_names_raise_on_every_rank(runner: Runner) -> None:
     """An op the backend does not list raises on every rank; one it lists (ADASUM on
-    Horovod, §3) reduces. Lower case and made-up names are never valid."""
+    Horovod) reduces. Lower case and made-up names are never valid."""
     for op in ("sum", "ADASUM", "", "BAND"):
         results = runner.run(op_outcome, op)
         if all(valid for valid, _ in results):

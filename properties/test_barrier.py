@@ -1,4 +1,4 @@
-"""§3 ``barrier()``: no rank leaves before every rank arrived; ``sync()`` too; also within groups.
+"""``barrier()``: no rank leaves before every rank arrived; ``sync()`` too; also within groups.
 
 Arrival and departure are read from ``time.monotonic()``, one clock for all threads and,
 on Linux (CLOCK_MONOTONIC), for all processes of the machine.

@@ -1,4 +1,4 @@
-"""§3 ``broadcast``: every rank gets src's exact value; tensors in place when they fit."""
+"""``broadcast``: every rank gets src's exact value; tensors in place when they fit."""
 
 from __future__ import annotations
 

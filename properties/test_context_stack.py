@@ -1,5 +1,5 @@
 """The context stack against a model: initialize / finalize / ``context`` / ``use``, nesting,
-exceptions inside a block, and what other threads see (DESIGN.md §1)."""
+exceptions inside a block, and what other threads see."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""§3 groups: ``group=`` a list of global ranks or a ``new_group``; non-members get their input back."""
+"""groups: ``group=`` a list of global ranks or a ``new_group``; non-members get their input back."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""§3 ``all_reduce(int / float / bool)``: exact, same type back, overflow is an error.
+"""``all_reduce(int / float / bool)``: exact, same type back, overflow is an error.
 
 NaN behaviour (documented in properties/README.md): SUM/PRODUCT/AVERAGE follow IEEE
 arithmetic on the left fold in rank order, so any NaN input gives NaN; MIN and MAX

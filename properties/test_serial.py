@@ -1,4 +1,4 @@
-"""§3 serial: every collective is the identity, and a ``SerialContext`` behaves exactly like
+"""serial: every collective is the identity, and a ``SerialContext`` behaves exactly like
 ``simulate(1, ...)`` (a real one-rank gloo world) for every call and value."""
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ echo "== ruff"
 "$PY" -m ruff format --check .
 echo "== mypy (strict)"
 "$PY" -m mypy
+echo "== pyright (strict, tests/typing)"
+"$PY" -m pyright
+echo "== architecture (scripts/arch_report.py)"
+"$PY" scripts/arch_report.py
 echo "== pytest (tests + properties)"
 set +e
 "$PY" -m pytest -q "$@"

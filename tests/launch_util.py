@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -105,3 +106,18 @@ def run_together(
     return [
         subprocess.CompletedProcess(p.args, p.returncode, out, err) for p, (out, err) in zip(procs, outs, strict=True)
     ]
+
+
+def installed(package: str) -> bool:
+    """Whether ``package`` is really installed (a test folder of that name on sys.path, which
+    looks like a namespace package, does not count)."""
+    spec = importlib.util.find_spec(package)
+    return spec is not None and spec.origin is not None
+
+
+def imported_after(module: str, package: str) -> list[str]:
+    """The modules of ``package`` that a fresh interpreter has after ``import idist, <module>``."""
+    code = f"import sys, idist, {module}\nprint(sorted(m for m in sys.modules if m.split('.')[0] == {package!r}))\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    found: list[str] = json.loads(out.stdout.strip().splitlines()[-1].replace("'", '"'))
+    return found

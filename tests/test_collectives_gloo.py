@@ -1,4 +1,4 @@
-"""Every row of DESIGN.md §3 on real gloo processes (2 and 3 ranks, loopback)."""
+"""The collective semantics, row by row, on real gloo processes (2 and 3 ranks, loopback)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 
 import idist
 from multiproc import run_ranks
+from semantics_cases import broadcast_rows, gather_rows
 
 
 def _rows(rank: int) -> dict[str, Any]:
@@ -42,32 +43,18 @@ def _rows(rank: int) -> dict[str, Any]:
         out["bool_any"] = ctx.all_reduce(rank == n - 1, "OR")
         out["int_product"] = ctx.all_reduce(rank + 2, "PRODUCT")
         # all_gather: tensors of different shapes, values of every codec type
-        g = ctx.all_gather(torch.arange(rank + 1, dtype=torch.int64).reshape(1, rank + 1))
-        out["gather_shapes"] = [tuple(x.shape) for x in g]
-        out["gather_vals"] = [x.tolist() for x in g]
+        out |= gather_rows(ctx)
         out["gather_scalar_t"] = [x.item() for x in ctx.all_gather(torch.tensor(rank * 1.5))]
-        s = "héllo✓\U0001f600" * (1 + rank * 3000) + "\ud800"
-        out["gather_str"] = ctx.all_gather(s)
-        out["gather_bytes"] = ctx.all_gather(bytes(range(256)) * rank)
-        out["gather_int"] = ctx.all_gather(2**100 * (rank + 1))
         out["gather_float"] = ctx.all_gather(float("nan") if rank == 0 else 5e-324)
         out["gather_bool"] = ctx.all_gather(rank % 2 == 0)
-        out["gather_path"] = ctx.all_gather(Path(f"/tmp/r{rank}"))
-        out["gather_obj"] = ctx.all_gather({"rank": rank, "list": [rank] * rank})
         # broadcast: every src, None receivers, in place when shapes match
-        for src in range(n):
-            out[f"bcast_py_{src}"] = ctx.broadcast(1e300 + src if rank == src else None, src)
-        big = torch.arange(100_000, dtype=torch.float32) if rank == n - 1 else torch.zeros(100_000)
-        got = ctx.broadcast(big, src=n - 1)
-        out["bcast_big"] = (got is big, float(got.double().sum()))
+        out |= broadcast_rows(ctx)
         small = torch.tensor([7, 8, 9]) if rank == 0 else None
         got_small = ctx.broadcast(small, 0)
         out["bcast_small"] = got_small.tolist()
         wrong_shape = torch.zeros(2)
         got_ws = ctx.broadcast(torch.ones(5) if rank == 0 else wrong_shape, 0)
         out["bcast_new_tensor"] = (got_ws is wrong_shape, got_ws.tolist(), wrong_shape.tolist())
-        out["bcast_str"] = ctx.broadcast("ünïcode✓" * 5000 if rank == 0 else None)
-        out["bcast_int"] = ctx.broadcast(2**63 - 1 if rank == 0 else None)
         out["bcast_bool"] = ctx.broadcast(True if rank == 0 else None)
         out["bcast_safe"] = ctx.broadcast(0.1 if rank == 0 else None, safe_mode=True)
         # groups: list of ranks, new_group; non-members get their input back

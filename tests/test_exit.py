@@ -24,7 +24,7 @@ def _collectives_then_close(ctx: idist.NativeContext) -> tuple[int, int]:
     ctx.all_gather({"rank": ctx.rank})
     ctx.broadcast(t, src=0)
     ctx.close()
-    return t._use_count(), len(ctx._world.inflight.held)
+    return t._use_count(), len(ctx._state.world.inflight.held)
 
 
 def test_close_returns_after_the_workers_dropped_every_tensor() -> None:

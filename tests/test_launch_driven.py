@@ -20,7 +20,7 @@ import pytest
 
 import idist
 import launch_fns
-from idist import _stack
+from idist import _detect
 from idist.launch import LaunchConfigError, launched_by
 from idist.launch._driven import installed
 
@@ -120,15 +120,15 @@ def test_plain_environments_never_detect_xla(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("PJRT_LOCAL_PROCESS_COUNT", "1")
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
     monkeypatch.delitem(sys.modules, "torch_xla", raising=False)
-    assert not _stack.xla_replica()
-    assert _stack.detect_backend() == "serial"
+    assert not _detect.xla_replica()
+    assert _detect.detect_backend() == "serial"
     assert launched_by() is None
 
 
 @pytest.mark.usefixtures("fake_torch_xla")
 def test_torch_xla_loaded_with_only_pjrt_device_is_not_a_replica(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PJRT_DEVICE", "TPU")  # TPU VMs export it for every process
-    assert _stack.detect_backend() == "serial"
+    assert _detect.detect_backend() == "serial"
     assert launched_by() is None
     with idist.Parallel() as parallel:  # in place, no launcher: serial
         assert parallel.run(launch_fns.current_kind) == [("SerialContext", 0, 1, 0)]
@@ -138,12 +138,12 @@ def test_torch_xla_loaded_with_only_pjrt_device_is_not_a_replica(monkeypatch: py
 def test_torch_xla_launcher_variables_select_xla_first(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PJRT_LOCAL_PROCESS_COUNT", "1")
     monkeypatch.setenv("PJRT_LOCAL_PROCESS_RANK", "0")
-    assert _stack.detect_backend() == "xla-tpu"
+    assert _detect.detect_backend() == "xla-tpu"
     assert launched_by() == "torch_xla"
     # xmp.spawn called inside a torchrun job: its replicas are XLA's, not torchrun's ranks
     for k, v in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400"}.items():
         monkeypatch.setenv(k, v)
-    assert _stack.detect_backend() == "xla-tpu"
+    assert _detect.detect_backend() == "xla-tpu"
     with pytest.raises(LaunchConfigError, match="started by torch_xla"):
         idist.Parallel(nproc_per_node=2)
 

@@ -19,8 +19,13 @@ def test_torchrun_variables() -> None:
     }  # fmt: skip
     info = detect(env)
     assert info is not None
-    assert (info.launcher, info.rank, info.world_size, info.local_rank) == ("torchrun", 3, 4, 1)
-    assert (info.nproc_per_node, info.node_rank, info.nnodes) == (2, 1, 2)
+    assert (info.launcher, info.topology.rank, info.topology.world_size, info.topology.local_rank) == (
+        "torchrun",
+        3,
+        4,
+        1,
+    )
+    assert (info.topology.nproc_per_node, info.topology.node_rank, info.topology.nnodes) == (2, 1, 2)
     assert (info.master_addr, info.master_port) == ("10.0.0.1", 29400)
     assert info.decided_by["rank"] == "RANK=3"
 
@@ -51,8 +56,8 @@ SRUN_ENV = {  # what `srun -N 2 -n 4` sets on the second task of node 1
 def test_slurm_variables_and_port_from_job_id() -> None:
     info = detect(SRUN_ENV)
     assert info is not None
-    assert (info.launcher, info.rank, info.world_size, info.local_rank) == ("slurm", 3, 4, 1)
-    assert (info.nproc_per_node, info.node_rank, info.nnodes) == (2, 1, 2)
+    assert (info.launcher, info.topology.rank, info.topology.world_size, info.topology.local_rank) == ("slurm", 3, 4, 1)
+    assert (info.topology.nproc_per_node, info.topology.node_rank, info.topology.nnodes) == (2, 1, 2)
     assert info.master_addr == "gpu07"
     assert info.master_port == 15000 + 12345 % 20000
     assert "SLURM_JOB_NODELIST" in info.decided_by["master"]
@@ -73,7 +78,7 @@ def test_partial_slurm() -> None:
 def test_torchrun_inside_slurm_uses_torchrun() -> None:
     env = dict(SRUN_ENV, RANK="1", WORLD_SIZE="8", LOCAL_RANK="1", MASTER_ADDR="gpu07", MASTER_PORT="29500")
     info = detect(env)
-    assert info is not None and info.launcher == "torchrun" and info.world_size == 8
+    assert info is not None and info.launcher == "torchrun" and info.topology.world_size == 8
 
 
 @pytest.mark.parametrize(
@@ -98,7 +103,12 @@ OMPI_ENV = {  # what `mpirun -np 2` (OpenMPI 4) sets for rank 1
 def test_openmpi_single_node_gets_loopback_and_a_job_port() -> None:
     info = detect(OMPI_ENV)
     assert info is not None
-    assert (info.launcher, info.rank, info.world_size, info.local_rank) == ("openmpi", 1, 2, 1)
+    assert (info.launcher, info.topology.rank, info.topology.world_size, info.topology.local_rank) == (
+        "openmpi",
+        1,
+        2,
+        1,
+    )
     assert info.master_addr == "127.0.0.1"
     assert info.master_port is not None and 20000 <= info.master_port < 40000
     other_job = detect(dict(OMPI_ENV, PMIX_NAMESPACE="prterun-host-999@1"))
@@ -108,14 +118,14 @@ def test_openmpi_single_node_gets_loopback_and_a_job_port() -> None:
 def test_openmpi_multi_node_needs_master() -> None:
     env = dict(OMPI_ENV, OMPI_COMM_WORLD_SIZE="4", OMPI_COMM_WORLD_RANK="3")
     info = detect(env)
-    assert info is not None and info.master_port is None and info.nnodes == 2
+    assert info is not None and info.master_port is None and info.topology.nnodes == 2
     assert "set MASTER_ADDR and MASTER_PORT" in info.decided_by["master"]
 
 
 def test_mpich_pmi_variables() -> None:
     env = {"PMI_RANK": "0", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2", "PMI_KVSNAME": "kvs_1"}
     info = detect(env)
-    assert info is not None and (info.launcher, info.rank, info.world_size) == ("mpich", 0, 2)
+    assert info is not None and (info.launcher, info.topology.rank, info.topology.world_size) == ("mpich", 0, 2)
 
 
 def test_partial_pmi() -> None:

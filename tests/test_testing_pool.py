@@ -19,16 +19,15 @@ import torch
 import idist
 from idist import DistContext
 from idist.testing import (
-    DEFAULT_SPEC,
     ProcessWorld,
     RankFailedError,
     Runner,
     SimulatedWorld,
     WorldTimeoutError,
-    parse_runners,
     register_runner,
     runners_from_env,
 )
+from idist.testing._runners import DEFAULT_SPEC, parse_runners
 
 
 # ------------------------------------------------------------- rank functions

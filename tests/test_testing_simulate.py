@@ -1,4 +1,4 @@
-"""``idist.testing.simulate`` / ``SimulatedWorld``: DESIGN.md §5, checked directly."""
+"""``idist.testing.simulate`` / ``SimulatedWorld``: the simulated-world contract, checked directly."""
 
 from __future__ import annotations
 

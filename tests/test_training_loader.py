@@ -1,7 +1,7 @@
 """auto_dataloader and its samplers: shares, epochs, RNG, batch sizes, settings read back.
 
 Multi-rank cases run on real in-process gloo contexts (one thread per rank, the core's
-``create_in_process``); the loader only reads the context's topology, so each rank builds
+``NativeContext.in_process``); the loader only reads the context's topology, so each rank builds
 and iterates its own loader exactly as in a real process.
 """
 
@@ -27,8 +27,7 @@ from torch.utils.data import (
 )
 
 import idist
-from idist import TrainingSetupError
-from idist._backends._native import create_in_process
+from idist import NativeContext, TrainingSetupError
 from idist.training import AutoDataLoader, ProxySampler, ShardSampler
 
 
@@ -39,7 +38,7 @@ def on_ranks(world: int, fn: Callable[[idist.DistContext], Any], timeout: float 
     errors: dict[int, BaseException] = {}
 
     def run(rank: int) -> None:
-        ctx = create_in_process(store, rank, world, timeout=timeout)
+        ctx = NativeContext.in_process(store, rank, world, timeout=timeout)
         try:
             out[rank] = fn(ctx)
         except BaseException as exc:

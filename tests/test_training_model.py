@@ -86,7 +86,7 @@ def test_optimizer_unchanged_on_serial_and_native() -> None:
 
 def test_ddp_frees_its_reducer_before_its_group() -> None:
     """The group outlives the Reducer when the model is freed (see wrap_ddp): no exit hang."""
-    from idist.training._model import KEEPALIVE
+    from idist._backends.native._ddp import KEEPALIVE
 
     def run(ctx: idist.DistContext) -> list[str]:
         return list(vars(ctx.auto_model(nn.Linear(2, 2))))

@@ -2,7 +2,7 @@
 # The Horovod lane (run by scripts/test.sh after the main suite): the Horovod backend
 # against a real Horovod 0.28.1 build on 2 CPU ranks (horovodrun --gloo, loopback).
 #   1. builds the wheel once (cached under ~/.cache/idist/wheels) and .venv-horovod
-#   2. tests/horovod: §3 row by row, bad input, rank failure, lifecycle, auto_* equivalence,
+#   2. tests/horovod: the collective semantics row by row, bad input, rank failure, lifecycle, auto_* equivalence,
 #      spawn/Parallel(backend="horovod") through horovod.run
 #   3. the property suite on 2 Horovod ranks (IDIST_PROPERTY_RUNNER=hvd_world:HorovodWorld@2)
 #   4. mypy.stubtest of stubs/horovod against the installed package (skipped while neither changed)
@@ -17,9 +17,9 @@ fi
 PY=$(bash scripts/horovod/setup-venv.sh 2> >(grep -v "^WARNING: Location" >&2))
 BIN="$PWD/$(dirname "$PY")"
 export PYTHONHASHSEED=0
-# horovodrun and idist from the lane's venv; tests/horovod holds the runner and rank functions
+# horovodrun and idist from the lane's venv; tests/horovod holds the runner and rank functions, tests the shared cases
 export PATH="$BIN:$PATH"
-export PYTHONPATH="$PWD/tests/horovod${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD/tests/horovod:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
 
 echo "-- horovod: tests/horovod (2 ranks)"
 "$PY" -m pytest -q -p no:cacheprovider tests/horovod

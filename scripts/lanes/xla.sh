@@ -14,7 +14,7 @@ export PYTHONHASHSEED=0 PJRT_DEVICE=CPU
 
 echo "-- mypy: idist's XLA modules against torch_xla's py.typed"
 "$PY" -m mypy --strict --python-version 3.11 --follow-imports=silent \
-  src/idist/_backends/_xla.py src/idist/_backends/_xla_training.py
+  src/idist/_backends/xla
 
 echo "-- pytest tests/xla"
 "$PY" -m pytest -q -p no:cacheprovider tests/xla

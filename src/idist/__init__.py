@@ -1,7 +1,7 @@
 """idist: one typed, explicit-context API for distributed PyTorch.
 
 Each module-level function is ``current().<method>(...)`` and nothing more; see
-``idist.current`` for which context that is. DESIGN.md §2 lists the API.
+``idist.current`` for which context that is.
 """
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Literal, TypeVar, final, overload
+from typing import Any, TypeVar, final, overload
 
 import torch
 
-from . import _backends, _stack
-from ._backends._horovod import HorovodContext
-from ._backends._native import NativeContext
-from ._backends._serial import SerialContext
-from ._backends._xla import XlaContext
-from ._context import DistContext, Group
+from . import _backends, _rank_only, _stack
+from ._backends.horovod import HorovodContext
+from ._backends.native import NativeContext
+from ._backends.serial import SerialContext
+from ._backends.xla import XlaContext
+from ._context import DistContext
 from ._errors import (
     AlreadyInitializedError,
     BackendUnavailableError,
@@ -27,7 +27,9 @@ from ._errors import (
     CollectiveTimeoutError,
     ContextClosedError,
     IdistError,
+    LaunchConfigError,
     LaunchEnvironmentError,
+    LaunchError,
     LeaderFailedError,
     PeerLostError,
     ReduceOverflowError,
@@ -36,9 +38,21 @@ from ._errors import (
     UnsupportedOpError,
     UnsupportedValueError,
 )
+from ._group import Group
 from ._stack import current, finalize, use
-from ._types import BackendName, GroupArg, HorovodBackend, NativeBackend, ReduceOp, XlaBackend
-from .launch import LaunchConfigError, LaunchError, Parallel, SpawnHandle, spawn
+from ._topology import Topology
+from ._types import (
+    BackendName,
+    GroupArg,
+    HorovodBackend,
+    HorovodReduceOp,
+    ModelName,
+    NativeBackend,
+    ReduceOp,
+    SerialBackend,
+    XlaBackend,
+)
+from .launch import Parallel, SpawnHandle, spawn
 from .training import AutoDataLoader
 
 __version__ = "0.1.0"
@@ -49,21 +63,29 @@ F = TypeVar("F", bound=Callable[..., Any])
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 __all__ = [
-    "AlreadyInitializedError", "BackendUnavailableError", "CollectiveInputError",
-    "ContextClosedError", "DistContext", "Group", "HorovodContext", "IdistError", "LaunchEnvironmentError",
-    "NativeContext", "ReduceOverflowError", "SerialContext", "UnknownBackendError",
-    "UnsupportedOpError", "UnsupportedValueError",
-    "all_gather", "all_reduce", "available_backends", "backend", "barrier", "broadcast",
-    "context", "current", "device", "finalize", "get_local_rank", "get_nnodes",
-    "get_node_rank", "get_nproc_per_node", "get_rank", "get_world_size",
-    "has_hvd_support", "has_native_dist_support", "has_xla_support", "hostname",
-    "initialize", "model_name", "new_group", "one_rank_first", "one_rank_only", "rank",
-    "show_config", "sync", "use", "world_size",
-    "LaunchConfigError", "LaunchError", "Parallel", "SpawnHandle", "spawn",
-    "AutoDataLoader", "TrainingSetupError", "auto_dataloader", "auto_model", "auto_optim",
-    "CollectiveMismatchError", "CollectiveTimeoutError", "LeaderFailedError", "PeerLostError",
-    "any_rank_failed", "timeout",
-    "XlaContext",
+    # contexts
+    "DistContext", "HorovodContext", "NativeContext", "SerialContext", "XlaContext",
+    "Group", "Topology",
+    # setup and the context stack
+    "available_backends", "context", "current", "finalize", "has_hvd_support",
+    "has_native_dist_support", "has_xla_support", "initialize", "show_config", "use",
+    # queries
+    "backend", "device", "get_local_rank", "get_nnodes", "get_node_rank", "get_nproc_per_node",
+    "get_rank", "get_world_size", "hostname", "model_name", "rank", "world_size",
+    # collectives
+    "all_gather", "all_reduce", "any_rank_failed", "barrier", "broadcast", "new_group", "sync", "timeout",
+    # rank-only and training helpers
+    "AutoDataLoader", "auto_dataloader", "auto_model", "auto_optim", "one_rank_first", "one_rank_only",
+    # launching
+    "Parallel", "SpawnHandle", "spawn",
+    # errors
+    "AlreadyInitializedError", "BackendUnavailableError", "CollectiveInputError", "CollectiveMismatchError",
+    "CollectiveTimeoutError", "ContextClosedError", "IdistError", "LaunchConfigError", "LaunchEnvironmentError",
+    "LaunchError", "LeaderFailedError", "PeerLostError", "ReduceOverflowError", "TrainingSetupError",
+    "UnknownBackendError", "UnsupportedOpError", "UnsupportedValueError",
+    # type aliases
+    "BackendName", "GroupArg", "HorovodBackend", "HorovodReduceOp", "ModelName", "NativeBackend",
+    "ReduceOp", "SerialBackend", "XlaBackend",
 ]  # fmt: skip
 
 
@@ -71,7 +93,7 @@ __all__ = [
 @overload
 def initialize(backend: None = None, **kwargs: Any) -> DistContext: ...
 @overload
-def initialize(backend: Literal["serial"], **kwargs: Any) -> SerialContext: ...
+def initialize(backend: SerialBackend, **kwargs: Any) -> SerialContext: ...
 @overload
 def initialize(backend: NativeBackend, **kwargs: Any) -> NativeContext: ...
 @overload
@@ -93,7 +115,7 @@ def initialize(backend: BackendName | None = None, **kwargs: Any) -> DistContext
 @overload
 def context(backend: None = None, **kwargs: Any) -> AbstractContextManager[DistContext]: ...
 @overload
-def context(backend: Literal["serial"], **kwargs: Any) -> AbstractContextManager[SerialContext]: ...
+def context(backend: SerialBackend, **kwargs: Any) -> AbstractContextManager[SerialContext]: ...
 @overload
 def context(backend: NativeBackend, **kwargs: Any) -> AbstractContextManager[NativeContext]: ...
 @overload
@@ -124,13 +146,7 @@ class _Support:
         self._names = names
 
     def __call__(self) -> bool:
-        for name in self._names:
-            try:
-                if _backends.load(name).is_available(name):
-                    return True
-            except ImportError:
-                continue
-        return False
+        return any(_backends.context_class(name).is_available(name) for name in self._names)
 
     def __bool__(self) -> bool:
         return self()
@@ -183,7 +199,7 @@ def backend() -> str | None:
     return None if b == "serial" else b
 
 
-def model_name() -> str:
+def model_name() -> ModelName:
     return current().model_name()
 
 
@@ -214,7 +230,11 @@ def all_gather(x: Any, group: GroupArg = None) -> list[Any]:
     return current().all_gather(x, group)
 
 
-def broadcast(x: T | None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> T:
+@overload
+def broadcast(x: None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> Any: ...
+@overload
+def broadcast(x: T | None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> T: ...
+def broadcast(x: object, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> object:
     """``current().broadcast(x, src, group)``: every rank returns ``src``'s value."""
     return current().broadcast(x, src, group, safe_mode=safe_mode)
 
@@ -247,16 +267,12 @@ def one_rank_only(rank: int = 0, with_barrier: bool = True) -> Callable[[F], F]:
 
     The context is looked up when the function is called, not when it is decorated.
     """
-    from ._rank_only import one_rank_only as impl
-
-    return impl(None, rank, with_barrier)
+    return _rank_only.one_rank_only(current, rank, with_barrier)
 
 
 def one_rank_first(rank: int = 0, local: bool = False) -> AbstractContextManager[None]:
     """``with idist.one_rank_first():`` rank ``rank`` runs the block before the others."""
-    from ._rank_only import one_rank_first as impl
-
-    return impl(None, rank, local)
+    return _rank_only.one_rank_first(current, rank, local)
 
 
 # --------------------------------------------------------- training helpers

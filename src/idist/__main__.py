@@ -6,7 +6,7 @@ import sys
 
 
 def main() -> int:
-    from ._cli import main as cli
+    from ._cli import main as cli  # deferred: this module is the console script's entry point
 
     return cli(sys.argv[1:])
 

@@ -2,15 +2,11 @@
 
 ``idist run -n N [--nnodes M --node-rank K --master-addr A --master-port P]
 [--backend gloo|nccl|horovod] script.py [args...]`` (or ``-m module``). Native backends go
-through torch's own elastic launcher (``torch.distributed.run``): one node without a
-master port uses a c10d rendezvous on a free loopback port (two runs never collide);
-``--nnodes``/``--master-port`` use a static rendezvous at the master address. Every
-output line is prefixed with its global rank (``[rank1]:``). The exit status is that of
-the first rank that failed (128 + N for a rank killed by signal N), else 0. Horovod
-jobs go through ``horovodrun``.
-
-``idist info`` prints the backends available here, the launcher environment detected
-(with the variables that decided each value) and the devices.
+through torch's elastic launcher (``torch.distributed.run``): one node without a master
+port uses a c10d rendezvous on a free loopback port; ``--nnodes``/``--master-port`` a
+static rendezvous at the master address. Output lines are prefixed with the global rank;
+the exit status is the first failed rank's (128 + N for signal N). Horovod jobs go
+through ``horovodrun``. ``idist info`` prints backends, launcher environment and devices.
 """
 
 from __future__ import annotations
@@ -102,14 +98,15 @@ def _torchrun_argv(a: argparse.Namespace, log_dir: str) -> list[str]:
 
 
 def _run_native(a: argparse.Namespace) -> int:
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import elastic_launch
-    from torch.distributed.run import config_from_args, parse_args
+    # deferred: torch's elastic launcher costs ~0.5 s to import and only `idist run` needs it
+    from torch.distributed.elastic.multiprocessing.api import SignalException  # (see above)
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # (see above)
+    from torch.distributed.launcher.api import elastic_launch  # (see above)
+    from torch.distributed.run import config_from_args, parse_args  # (see above)
 
     log_dir = tempfile.mkdtemp(prefix="idist-run-")
     try:
-        args = parse_args(_torchrun_argv(a, log_dir))  # type: ignore[no-untyped-call]
+        args = parse_args(_torchrun_argv(a, log_dir))  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         # The script's own arguments bypass torch's parser, which would take any of them
         # that abbreviates one of its options (--nproc, --node...).
         args.training_script_args = list(a.args)
@@ -166,12 +163,12 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 def cmd_info() -> int:
-    import torch
+    import torch  # deferred: `idist --help` and argument errors answer without importing torch
 
-    import idist
+    import idist  # (see above)
 
-    from ._errors import LaunchEnvironmentError
-    from ._launch_env import detect
+    from ._errors import LaunchEnvironmentError  # (see above: idist's modules import torch)
+    from ._launch_env import detect  # (see above)
 
     print(f"idist {idist.__version__}  torch {torch.__version__}  python {platform.python_version()}")
     print(f"host: {platform.node()}  ({os.cpu_count()} CPUs)")
@@ -185,8 +182,9 @@ def cmd_info() -> int:
             print("launcher: none detected (initialize() here gives a SerialContext)")
         else:
             print(f"launcher: {info.launcher}")
-            print(f"  rank {info.rank} of {info.world_size}, local rank {info.local_rank} of {info.nproc_per_node}, "
-                  f"node {info.node_rank} of {info.nnodes}, master {info.master_addr}:{info.master_port}")  # fmt: skip
+            t = info.topology
+            print(f"  rank {t.rank} of {t.world_size}, local rank {t.local_rank} of {t.nproc_per_node}, "
+                  f"node {t.node_rank} of {t.nnodes}, master {info.master_addr}:{info.master_port}")  # fmt: skip
             for field, why in info.decided_by.items():
                 print(f"  {field}: {why}")
     horovod = [k for k in ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_HOSTNAME") if k in os.environ]

@@ -1,28 +1,9 @@
-"""The exceptions idist raises.
+"""The exceptions idist raises: one tree under ``IdistError`` (drawn in its docstring).
 
-Every class subclasses the builtin that existing ``except`` clauses already catch::
-
-    IdistError
-    ├── UnknownBackendError          (ValueError)   backend name not known
-    ├── BackendUnavailableError      (ImportError)  backend known, not installed / no device
-    ├── UnsupportedOpError           (ValueError)   reduce op not valid for this backend/dtype
-    ├── CollectiveInputError         (ValueError)   bad src, bad group, mismatched dtypes
-    │   └── UnsupportedValueError    (TypeError)    a value type the codec cannot move
-    ├── ReduceOverflowError          (OverflowError) Python int result outside int64
-    ├── LaunchEnvironmentError       (RuntimeError) partial or contradictory launcher variables
-    ├── AlreadyInitializedError      (RuntimeError) initialize() twice
-    ├── LaunchError                  (RuntimeError) a spawned rank failed, or a launch could not start
-    │   └── LaunchConfigError        (ValueError)   spawn / Parallel / CLI arguments that cannot work
-    ├── ContextClosedError           (RuntimeError) a context used after finalize()/its block
-    ├── CollectiveTimeoutError       (TimeoutError) a collective did not complete in time (names the missing ranks)
-    ├── PeerLostError                (ConnectionError) a peer died or closed its connection mid-collective
-    ├── LeaderFailedError            (RuntimeError) the leader of one_rank_first / one_rank_only raised
-    └── TrainingSetupError           (ValueError)   auto_model / auto_optim / auto_dataloader options that cannot work
-    (CollectiveMismatchError, a CollectiveInputError: ranks called different collectives, checked mode)
-
-Collective input errors are agreed across ranks: the rank whose input was bad ships its
-message to its peers inside the collective, so every rank raises the same class with the
-same text instead of one rank raising and the others hanging.
+Every class also subclasses the builtin that existing ``except`` clauses already catch
+(``ValueError``, ``ImportError``, ``TimeoutError``...). A collective's input error is agreed
+across ranks: the rank whose input was bad ships its message inside the collective, so
+every rank raises the same class with the same text.
 """
 
 from __future__ import annotations
@@ -49,7 +30,26 @@ __all__ = [
 
 
 class IdistError(Exception):
-    """Base class of every error raised by idist itself."""
+    """Base class of every error raised by idist itself::
+
+    IdistError
+    ├── UnknownBackendError          (ValueError)   backend name not known
+    ├── BackendUnavailableError      (ImportError)  backend known, not installed / no device
+    ├── UnsupportedOpError           (ValueError)   reduce op not valid for this backend/dtype
+    ├── CollectiveInputError         (ValueError)   bad src, bad group, mismatched dtypes
+    │   └── UnsupportedValueError    (TypeError)    a value type the codec cannot move
+    ├── ReduceOverflowError          (OverflowError) Python int result outside int64
+    ├── LaunchEnvironmentError       (RuntimeError) partial or contradictory launcher variables
+    ├── AlreadyInitializedError      (RuntimeError) initialize() twice
+    ├── LaunchError                  (RuntimeError) a spawned rank failed, or a launch could not start
+    │   └── LaunchConfigError        (ValueError)   spawn / Parallel / CLI arguments that cannot work
+    ├── ContextClosedError           (RuntimeError) a context used after finalize()/its block
+    ├── CollectiveTimeoutError       (TimeoutError) a collective did not complete in time (names the missing ranks)
+    ├── PeerLostError                (ConnectionError) a peer died or closed its connection mid-collective
+    ├── LeaderFailedError            (RuntimeError) the leader of one_rank_first / one_rank_only raised
+    └── TrainingSetupError           (ValueError)   auto_model / auto_optim / auto_dataloader options that cannot work
+    (CollectiveMismatchError, a CollectiveInputError: ranks called different collectives, checked mode)
+    """
 
 
 class UnknownBackendError(IdistError, ValueError):
@@ -106,16 +106,21 @@ class LaunchError(IdistError, RuntimeError):
         self.traceback = traceback
 
     def __reduce__(self) -> tuple[object, ...]:
-        kw = {k: getattr(self, k) for k in ("rank", "local_rank", "exitcode", "signal_name", "traceback")}
-        return (_rebuild_launch_error, (type(self), str(self), kw))
+        fields = (self.rank, self.local_rank, self.exitcode, self.signal_name, self.traceback)
+        return (_rebuild_launch_error, (type(self), str(self), *fields))
 
 
 class LaunchConfigError(LaunchError, ValueError):
     """Launch arguments that cannot work (nprocs < 1, node_rank outside nnodes...)."""
 
 
-def _rebuild_launch_error(cls: type[LaunchError], message: str, kw: dict[str, object]) -> LaunchError:
-    return cls(message, **kw)  # type: ignore[arg-type]
+def _rebuild_launch_error(
+    cls: type[LaunchError], message: str, rank: int | None, local_rank: int | None, exitcode: int | None,
+    signal_name: str | None, traceback: str | None,
+) -> LaunchError:  # fmt: skip
+    return cls(
+        message, rank=rank, local_rank=local_rank, exitcode=exitcode, signal_name=signal_name, traceback=traceback
+    )
 
 
 class AlreadyInitializedError(IdistError, RuntimeError):

@@ -1,6 +1,6 @@
 """Moving frames between ranks with a *slot* agreed by all of them.
 
-gloo aborts a process when ranks pass different sizes to one all_gather (DESIGN §6), so
+gloo aborts a process when ranks pass different sizes to one all_gather, so
 every rank must know the byte size before the data moves. Instead of a separate size
 exchange on every call, each group remembers the slot size that the last exchange agreed
 on (every rank derives it from the same gathered lengths, so it is the same everywhere).
@@ -15,8 +15,9 @@ from typing import Protocol
 
 import torch
 
-from ._codec import _LEN, Frame, decode, frame_length
+from ._codec import decode
 from ._errors import IdistError
+from ._frame import LENGTH, Frame, frame_length
 
 MIN_SLOT = 64
 _string_at = ctypes.string_at
@@ -55,7 +56,7 @@ def _fill(frame: Frame, size: int) -> torch.Tensor:
     if frame.nbytes <= size:
         return frame.to_buffer(size)
     buf = torch.empty(size, dtype=torch.uint8)
-    _memmove(buf.data_ptr(), _LEN.pack(frame.nbytes), 8)
+    _memmove(buf.data_ptr(), LENGTH.pack(frame.nbytes), 8)
     return buf
 
 
@@ -64,7 +65,7 @@ def _lengths(out: torch.Tensor, size: int, n: int) -> list[int]:
     if not (out.is_cpu and out.is_contiguous()):
         out = out.cpu().contiguous()
     ptr = out.data_ptr()
-    unpack = _LEN.unpack
+    unpack = LENGTH.unpack
     return [unpack(_string_at(ptr + r * size, 8))[0] for r in range(n)]
 
 

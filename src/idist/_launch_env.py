@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import attrs
 
 from ._errors import LaunchEnvironmentError
+from ._topology import Topology
 
 TORCHRUN = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 SLURM = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_NODELIST", "SLURM_JOB_ID")
@@ -21,18 +22,28 @@ OMPI = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")
 PMI = ("PMI_RANK", "PMI_SIZE")
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class LaunchInfo:
+    """What a launcher's environment says: this rank's topology, the rendezvous, and why."""
+
     launcher: str
-    rank: int
-    world_size: int
-    local_rank: int
-    nproc_per_node: int
-    node_rank: int
-    nnodes: int
+    topology: Topology
     master_addr: str | None
     master_port: int | None
+    #: field -> the variables (or "argument") that decided it
     decided_by: Mapping[str, str]
+
+
+def _info(
+    launcher: str, rank: int, world: int, local: int, nproc: int, node: int, nnodes: int,
+    addr: str | None, port: int | None, decided: Mapping[str, str],
+) -> LaunchInfo:  # fmt: skip
+    topology = Topology(
+        rank=rank, world_size=world, local_rank=local, nproc_per_node=nproc, node_rank=node, nnodes=nnodes
+    )
+    return _check(
+        LaunchInfo(launcher=launcher, topology=topology, master_addr=addr, master_port=port, decided_by=decided)
+    )
 
 
 def _int(env: Mapping[str, str], name: str) -> int:
@@ -73,14 +84,15 @@ def expand_hostlist(nodelist: str) -> list[str]:
 
 
 def _check(info: LaunchInfo) -> LaunchInfo:
-    if not 0 <= info.rank < info.world_size:
+    t = info.topology
+    if not 0 <= t.rank < t.world_size:
         raise LaunchEnvironmentError(
-            f"rank {info.rank} is outside 0..{info.world_size - 1} "
+            f"rank {t.rank} is outside 0..{t.world_size - 1} "
             f"({info.decided_by.get('rank')}, {info.decided_by.get('world_size')})"
         )
-    if not 0 <= info.local_rank < info.nproc_per_node:
+    if not 0 <= t.local_rank < t.nproc_per_node:
         raise LaunchEnvironmentError(
-            f"local rank {info.local_rank} is outside 0..{info.nproc_per_node - 1} "
+            f"local rank {t.local_rank} is outside 0..{t.nproc_per_node - 1} "
             f"({info.decided_by.get('local_rank')}, {info.decided_by.get('nproc_per_node')})"
         )
     return info
@@ -102,10 +114,9 @@ def _torchrun(env: Mapping[str, str]) -> LaunchInfo:
         ),
         "master": f"MASTER_ADDR={env['MASTER_ADDR']} MASTER_PORT={env['MASTER_PORT']}",
     }
-    return _check(LaunchInfo(
-        "torchrun", rank, world, local, nproc, node, nnodes,
-        env["MASTER_ADDR"], _int(env, "MASTER_PORT"), decided,
-    ))  # fmt: skip
+    return _info(
+        "torchrun", rank, world, local, nproc, node, nnodes, env["MASTER_ADDR"], _int(env, "MASTER_PORT"), decided
+    )
 
 
 def _slurm(env: Mapping[str, str]) -> LaunchInfo:
@@ -132,7 +143,7 @@ def _slurm(env: Mapping[str, str]) -> LaunchInfo:
             " MASTER_PORT" if "MASTER_PORT" in env else f", port 15000 + SLURM_JOB_ID={env['SLURM_JOB_ID']} % 20000"
         ),
     }  # fmt: skip
-    return _check(LaunchInfo("slurm", rank, world, local, nproc, node, nnodes, addr, port, decided))
+    return _info("slurm", rank, world, local, nproc, node, nnodes, addr, port, decided)
 
 
 def _mpi(env: Mapping[str, str], launcher: str, names: dict[str, str], job: str | None) -> LaunchInfo:
@@ -156,7 +167,7 @@ def _mpi(env: Mapping[str, str], launcher: str, names: dict[str, str], job: str 
         else f"single node: {addr}, port from {job}" if port is not None
         else "unset: set MASTER_ADDR and MASTER_PORT for a multi-node gloo/nccl job"
     )  # fmt: skip
-    return _check(LaunchInfo(launcher, rank, world, local, nproc, node, nnodes, addr, port, decided))
+    return _info(launcher, rank, world, local, nproc, node, nnodes, addr, port, decided)
 
 
 def _ompi(env: Mapping[str, str]) -> LaunchInfo:
@@ -201,13 +212,14 @@ def detect(env: Mapping[str, str]) -> LaunchInfo | None:
     infos = [fn(env) for _, fn in found]
     first = infos[0]
     for other in infos[1:]:
-        if first.launcher == "torchrun" and other.world_size != first.world_size and "SLURM_NTASKS" in env:
+        a, b = first.topology, other.topology
+        if first.launcher == "torchrun" and b.world_size != a.world_size and "SLURM_NTASKS" in env:
             continue  # torchrun inside one SLURM task per node: different worlds by design
-        if (other.rank, other.world_size) != (first.rank, first.world_size):
+        if (b.rank, b.world_size) != (a.rank, a.world_size):
             raise LaunchEnvironmentError(
-                f"{first.launcher} says rank {first.rank} of {first.world_size} "
+                f"{first.launcher} says rank {a.rank} of {a.world_size} "
                 f"({first.decided_by['rank']}, {first.decided_by['world_size']}) but "
-                f"{other.launcher} says rank {other.rank} of {other.world_size} "
+                f"{other.launcher} says rank {b.rank} of {b.world_size} "
                 f"({other.decided_by['rank']}, {other.decided_by['world_size']}); unset one of them"
             )
     return first

@@ -1,25 +1,10 @@
 """SUM / AVERAGE of Python numbers in one two-element all_reduce, when that is exact.
 
-The general path for ``all_reduce(int | float)`` gathers every rank's exact value and
-folds them in rank order (``_reduce.fold_values``). For the commonest calls, summing
-counts and losses, one all_reduce of a float64 pair ``[kind code, value]`` gives the same
-answer for about the cost of raw torch's one-element all_reduce:
-
-* the codes (1 for an int, 2**13 for a float, 2**26 for anything else, an error
-  included) sum to an exact integer that says how many ranks passed which kind, so
-  every rank learns at once whether all agreed;
-* ints below 2**40 in magnitude sum exactly in float64 in any order (fewer than 2**13
-  ranks: the total stays below 2**53), so the int result needs no order and cannot
-  leave int64;
-* floats: with two ranks the backend computes ``a + b``, which is the left fold bit for
-  bit (IEEE addition is commutative). With more ranks the order matters, so the sum is
-  only trusted from the gather.
-
-Whenever the pair cannot give the exact result (mixed kinds, a bad value, big ints,
-floats on three or more ranks) every rank sees that from the same codes and all of them
-take the gather path, which ships errors with their messages. A group remembers when its
-last sum had to be gathered because of floats on 3+ ranks, and goes straight to the
-gather next time, so a float loop on a big group pays one collective per call.
+Each rank contributes ``[kind code, value]`` (float64). The summed codes tell every rank
+how many ranks passed which kind; ints below 2**40 sum exactly in any order, and two floats
+sum to the rank-order left fold. Whenever the pair cannot give the exact result (mixed
+kinds, a bad value, big ints, floats on 3+ ranks) every rank sees it from the same codes
+and takes the general gather path. See docs/design.md, "Python numbers".
 """
 
 from __future__ import annotations

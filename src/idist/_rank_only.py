@@ -5,8 +5,9 @@ every follower raises ``LeaderFailedError`` (with the leader's message) instead 
 the block or waiting forever. The leader's status travels in one ``all_gather`` that also
 serves as the barrier.
 
-The module-level forms resolve the context when the decorated function is *called*, not
-when it is decorated, since decorators usually run at import, before ``initialize()``.
+Both take a function that gives the context: the module-level forms resolve it when the
+decorated function is *called*, since decorators usually run at import, before
+``initialize()``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ._errors import CollectiveInputError, LeaderFailedError
 
@@ -22,14 +23,6 @@ if TYPE_CHECKING:
     from ._context import DistContext
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _resolve(ctx: DistContext | None) -> DistContext:
-    if ctx is not None:
-        return ctx
-    from ._stack import current
-
-    return current()
 
 
 def _check(ctx: DistContext, rank: int, local: bool) -> None:
@@ -54,11 +47,13 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def one_rank_only(ctx: DistContext | None, rank: int = 0, with_barrier: bool = True) -> Callable[[F], F]:
+def one_rank_only(resolve: Callable[[], DistContext], rank: int = 0, with_barrier: bool = True) -> Callable[[F], F]:
+    """The decorator; ``resolve`` gives the context when the function is called."""
+
     def decorator(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            c = _resolve(ctx)
+            c = resolve()
             _check(c, rank, local=False)
             if c.rank != rank:
                 if with_barrier:
@@ -74,14 +69,14 @@ def one_rank_only(ctx: DistContext | None, rank: int = 0, with_barrier: bool = T
                 _exchange_status(c, None, "one_rank_only")
             return result
 
-        return wrapper  # type: ignore[return-value]
+        return cast(F, wrapper)
 
     return decorator
 
 
 @contextmanager
-def one_rank_first(ctx: DistContext | None, rank: int = 0, local: bool = False) -> Iterator[None]:
-    c = _resolve(ctx)
+def one_rank_first(resolve: Callable[[], DistContext], rank: int = 0, local: bool = False) -> Iterator[None]:
+    c = resolve()
     _check(c, rank, local)
     leader = (c.local_rank if local else c.rank) == rank
     if not leader:

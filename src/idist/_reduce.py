@@ -112,16 +112,13 @@ def fold_values(op: str, values: Sequence[object]) -> object:
             f"all_reduce got values of types {', '.join(mixed)} on different ranks; "
             "pass the same Python type on every rank"
         )
-    if kind is float and op in ("SUM", "PRODUCT", "AVERAGE"):
-        # Left fold in rank order, the same on every rank; SUM uses plain float addition.
-        result: object = reduce(_FOLDS[op], values)
-        if op == "AVERAGE":
-            return float(result) / len(values)  # type: ignore[arg-type]
-        return result
+    # Left fold in rank order, the same on every rank; SUM uses plain float addition.
     result = reduce(_FOLDS[op], values)
+    if kind is float and op == "AVERAGE" and isinstance(result, float):
+        return result / len(values)
     if kind is bool:
         return bool(result)
-    if kind is int and not INT64_MIN <= result <= INT64_MAX:  # type: ignore[operator]
+    if isinstance(result, int) and kind is int and not INT64_MIN <= result <= INT64_MAX:
         raise ReduceOverflowError(
             f"all_reduce({op}) of ints overflows int64 (exact result {result}); reduce float(x) or split the value"
         )

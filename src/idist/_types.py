@@ -1,9 +1,14 @@
-"""Type aliases shared by the API: backend names, reduce ops, group arguments."""
+"""Type aliases of the public API: backend names, model names, reduce ops, group arguments."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
+    from ._group import Group
 
 NativeBackend: TypeAlias = Literal["gloo", "nccl", "mpi"]
 HorovodBackend: TypeAlias = Literal["horovod"]
@@ -19,5 +24,16 @@ HorovodReduceOp: TypeAlias = Literal["SUM", "PRODUCT", "MIN", "MAX", "AVERAGE", 
 
 COMMON_OPS: tuple[str, ...] = ("SUM", "PRODUCT", "MIN", "MAX", "AVERAGE", "AND", "OR")
 
-#: ``group=`` takes a list of global ranks or a backend's own group object.
-GroupArg: TypeAlias = "Sequence[int] | object | None"
+
+class ProcessSetLike(Protocol):
+    """A Horovod ``ProcessSet`` (described by shape, so the type needs no horovod)."""
+
+    @property
+    def process_set_id(self) -> int | None: ...
+    @property
+    def ranks(self) -> list[int] | None: ...
+
+
+#: ``group=``: a list of global ranks, a ``Group`` from ``new_group``, or the backend's own
+#: group (a torch ``ProcessGroup``, a Horovod ``ProcessSet``). A str is not a group.
+GroupArg: TypeAlias = "Sequence[int] | Group | ProcessGroup | ProcessSetLike | None"

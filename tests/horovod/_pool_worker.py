@@ -11,17 +11,8 @@ import multiprocessing.connection as mpc
 import os
 import pickle
 import sys
-import traceback
 
-from hvd_transport import dumps
-
-
-def _pack(ok: bool, value: object) -> bytes:
-    try:
-        return dumps((ok, value))
-    except Exception as exc:
-        text = "".join(traceback.format_exception(value if isinstance(value, BaseException) else exc))
-        return pickle.dumps((False, RuntimeError(text)), protocol=pickle.HIGHEST_PROTOCOL)
+from idist.testing._jobs import pack, serve_and_exit
 
 
 def main() -> None:
@@ -36,29 +27,10 @@ def main() -> None:
         if ctx.backend != "horovod" or ctx.rank != rank:
             raise RuntimeError(f"expected the horovod backend at rank {rank}, got {ctx!r}")
     except BaseException as exc:
-        conn.send_bytes(pickle.dumps((rank, _pack(False, exc))))
+        conn.send_bytes(pickle.dumps((rank, pack(False, exc))))
         return
-    conn.send_bytes(pickle.dumps((rank, _pack(True, "ready"))))
-    try:
-        while True:
-            job = conn.recv_bytes()
-            if not job:
-                break
-            try:
-                fn, args = pickle.loads(job)
-                reply = _pack(True, fn(ctx, *args))
-            except BaseException as exc:
-                note = "".join(traceback.format_exception(exc))
-                exc.add_note(f"--- traceback on horovod rank {rank} ---\n{note}")
-                reply = _pack(False, exc)
-            conn.send_bytes(reply)
-    except (EOFError, OSError):
-        pass
-    finally:
-        idist.finalize()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+    conn.send_bytes(pickle.dumps((rank, pack(True, "ready"))))
+    serve_and_exit(ctx, f"horovod rank {rank}", conn.recv_bytes, conn.send_bytes)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def run_raw(
     """Run and collect everything (for tests that expect a failure)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), full_env.get("PYTHONPATH")]))
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), str(HERE.parent), full_env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="idist-hvd-") as tmp:
         out = Path(tmp)
         cmd = [

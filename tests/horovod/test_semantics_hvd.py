@@ -1,4 +1,4 @@
-"""DESIGN.md §3 on 2 real Horovod ranks (horovodrun --gloo, loopback)."""
+"""The collective semantics on 2 real Horovod ranks (horovodrun --gloo, loopback)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def valid_ops(dtype: torch.dtype) -> tuple[str, ...]:
 
 
 def reference(dtype: torch.dtype, op: str) -> torch.Tensor:
-    """§3's meaning of ``op`` over the ranks' inputs, computed without idist or Horovod."""
+    """the contract's meaning of ``op`` over the ranks' inputs, computed without idist or Horovod."""
     ts = [_inputs(dtype, r) for r in range(N)]
     if dtype.is_floating_point or dtype.is_complex:
         wide = torch.complex128 if dtype.is_complex else torch.float64

@@ -11,9 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import cases_spawn
@@ -23,7 +21,7 @@ import idist
 from idist import LaunchError
 from launch_util import marker_pids, wait_gone, wait_markers
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("private_tmp")]
 
 HERE = Path(__file__).resolve().parent
 
@@ -57,22 +55,12 @@ def test_ignite_spawn_form_with_kwargs_dict() -> None:
     _check(results, 0.25, 4)
 
 
-@pytest.fixture(autouse=True)
-def _private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Launches in this process make their report folder here; none may be left."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    yield
-    assert list(folder.iterdir()) == []
-
-
 @pytest.mark.parametrize("bad_rank", [0, 1])
 def test_a_rank_that_raises_is_named_with_its_traceback(tmp_path: Path, bad_rank: int) -> None:
     marker = tmp_path / "pid"
     start = time.monotonic()
     with pytest.raises(LaunchError) as info:
-        idist.spawn("horovod", cases_spawn.fail_on, (bad_rank, "raise", str(marker)), nproc_per_node=2)
+        idist.spawn("horovod", cases_spawn.fail_on, (bad_rank, str(marker), "raise"), nproc_per_node=2)
     took = time.monotonic() - start
     err = info.value
     # the rank that raised first, not the peer Horovod saw exit first (it lost its partner)
@@ -87,7 +75,7 @@ def test_a_rank_that_raises_is_named_with_its_traceback(tmp_path: Path, bad_rank
 def test_a_rank_killed_by_a_signal_is_named_with_the_signal(tmp_path: Path) -> None:
     marker = tmp_path / "pid"
     with pytest.raises(LaunchError) as info:
-        idist.spawn("horovod", cases_spawn.fail_on, (1, "sigkill", str(marker)), nproc_per_node=2)
+        idist.spawn("horovod", cases_spawn.fail_on, (1, str(marker), "sigkill"), nproc_per_node=2)
     err = info.value
     assert err.rank == 1 and err.signal_name == "SIGKILL", str(err)
     assert "killed by SIGKILL" in str(err)
@@ -96,10 +84,10 @@ def test_a_rank_killed_by_a_signal_is_named_with_the_signal(tmp_path: Path) -> N
 
 def test_sys_exit_and_an_unpicklable_result_are_failures_of_that_rank(tmp_path: Path) -> None:
     with pytest.raises(LaunchError) as info:
-        idist.spawn("horovod", cases_spawn.fail_on, (0, "exit", str(tmp_path / "a")), nproc_per_node=2)
+        idist.spawn("horovod", cases_spawn.fail_on, (0, str(tmp_path / "a"), "exit"), nproc_per_node=2)
     assert info.value.rank == 0 and info.value.exitcode == 3 and "SystemExit: 3" in str(info.value)
     with pytest.raises(LaunchError, match="cannot be sent to the parent") as info:
-        idist.spawn("horovod", cases_spawn.fail_on, (1, "unpicklable", str(tmp_path / "b")), nproc_per_node=2)
+        idist.spawn("horovod", cases_spawn.fail_on, (1, str(tmp_path / "b"), "unpicklable"), nproc_per_node=2)
     assert info.value.rank == 1
 
 

@@ -21,7 +21,7 @@ def ranks() -> list[dict[str, Any]]:
 def test_two_horovod_ranks_train_like_one_process(ranks: list[dict[str, Any]], optim: str, n: int) -> None:
     got = [r[f"{optim}/{n}"] for r in ranks]
     with idist.context("serial") as ctx:
-        single = train(ctx, optim, n, B, EPOCHS, seed=0)
+        single = train(ctx, n, B, EPOCHS, optim=optim, seed=0, flag=True)
     for r in got:
         torch.testing.assert_close(torch.tensor(r["weights"]), torch.tensor(single["weights"]), rtol=0, atol=1e-5)
         assert r["flag"] == [True, False]  # rank 0's bool buffer everywhere

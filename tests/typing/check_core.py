@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import assert_type
+from typing import Any, assert_type
 
 import torch
 
@@ -59,3 +59,31 @@ def module_functions_match(t: torch.Tensor) -> None:
 
 def contexts_are_immutable(ctx: NativeContext) -> None:
     ctx.rank = 3  # type: ignore[misc]
+
+
+def broadcast_of_none_is_any(ctx: NativeContext, maybe: str | None) -> None:
+    got = ctx.broadcast(None, 0)
+    assert_type(got, Any)
+    assert_type(idist.broadcast(None), Any)
+    assert_type(ctx.broadcast(maybe), str)
+    got.anything_src_sent  # Any: the code after a None-receiver broadcast is reachable
+
+
+def group_takes_ranks_groups_and_backend_groups_not_str(ctx: NativeContext, g: idist.Group) -> None:
+    ctx.all_reduce(1, group=[0, 1])
+    ctx.all_reduce(1, group=range(2))
+    ctx.all_reduce(1, group=g)
+    ctx.barrier(group=(0,))
+    ctx.all_reduce(1, group="oops")  # type: ignore[arg-type]
+    ctx.barrier(group="oops")  # type: ignore[arg-type]
+    idist.all_gather(1, group="oops")  # type: ignore[arg-type]
+
+
+def public_aliases_are_exported() -> tuple[object, ...]:
+    op: idist.ReduceOp = "AVERAGE"
+    name: idist.BackendName = "xla-tpu"
+    model: idist.ModelName = "native-dist"
+    hvd_op: idist.HorovodReduceOp = "ADASUM"
+    group: idist.GroupArg = [0, 1]
+    bad_op: idist.ReduceOp = "MEAN"  # type: ignore[assignment]
+    return op, name, model, hvd_op, group, bad_op

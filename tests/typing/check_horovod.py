@@ -7,7 +7,7 @@ from typing import assert_type, final
 import torch
 
 import idist
-from idist import HorovodContext, NativeContext
+from idist import HorovodContext, ModelName, NativeContext
 
 
 def horovod_is_selected_statically() -> None:
@@ -32,7 +32,7 @@ def adasum_type_checks_on_horovod_only(hctx: HorovodContext, nctx: NativeContext
 
 
 def horovod_context_is_final_and_frozen(hctx: HorovodContext) -> None:
-    assert_type(hctx.model_name(), str)
+    assert_type(hctx.model_name(), ModelName)
     hctx.rank = 3  # type: ignore[misc]
 
 

@@ -12,55 +12,19 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
-import torch
-
 import idist
-from idist import _stack
+from driven_cases import fail_on, report, sleeper
+from idist import _detect
+
+__all__ = ["fail_on", "report", "sleeper"]
 from idist.launch import launched_by
 
 
-def report(local_rank: int, x: float, scale: int = 1) -> dict[str, Any]:
-    """ignite's form: the replica's XlaContext is current (in this thread) around fn."""
-    ctx = idist.current()
-    return {
-        "type": type(ctx).__name__,
-        "backend": idist.backend(),
-        "rank": idist.get_rank(),
-        "world_size": idist.get_world_size(),
-        "local_rank_arg": local_rank,
-        "device": ctx.device.type,
-        "sum": idist.all_reduce(x * (ctx.rank + 1)) * scale,
-        "tensor": idist.all_reduce(torch.tensor([ctx.rank + 1.0])).tolist(),
-        "gathered": idist.all_gather(f"r{ctx.rank}"),
-        "detected": _stack.detect_backend(),
-        "launched_by": launched_by(),
-        "pid": os.getpid(),
-    }
-
-
-def fail_on(local_rank: int, bad_rank: int, marker: str) -> int:
-    """Replica ``bad_rank`` raises; the others wait for it in a barrier."""
-    rank = idist.get_rank()
-    Path(f"{marker}.{rank}").write_text(str(os.getpid()))
-    if rank == bad_rank:
-        time.sleep(0.5)  # the others are in the barrier by now
-        raise ZeroDivisionError(f"deliberate failure on replica {rank}")
-    idist.barrier()
-    return rank
-
-
-def sleeper(local_rank: int, marker: str) -> None:
-    Path(f"{marker}.{idist.get_rank()}").write_text(str(os.getpid()))
-    time.sleep(600)
-
-
-def _detect(index: int) -> None:
+def _what_replica_sees(index: int) -> None:
     """Under torch_xla.launch: what a plain idist sees in this replica (one JSON line)."""
-    out: dict[str, Any] = {"index": index, "detected": _stack.detect_backend(), "launched_by": launched_by()}
+    out: dict[str, Any] = {"index": index, "detected": _detect.detect_backend(), "launched_by": launched_by()}
     with idist.context() as ctx:  # no backend named: detected
         out["context"] = [type(ctx).__name__, ctx.backend, ctx.rank, ctx.world_size, ctx.all_reduce(ctx.rank + 1)]
     with idist.Parallel() as parallel:  # in place: this thread's own context
@@ -80,7 +44,7 @@ if __name__ == "__main__":
         os.environ["CPU_NUM_DEVICES"] = sys.argv[2]
         import torch_xla
 
-        torch_xla.launch(_detect)
+        torch_xla.launch(_what_replica_sees)
     elif mode == "plain":
         import torch_xla  # loaded, but no launcher started this process
 

@@ -12,9 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,20 +27,10 @@ from launch_util import json_reports, marker_pids, wait_gone
 
 from . import cases_spawn
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("private_tmp")]
 
 TESTS = Path(__file__).resolve().parent.parent
 SCRIPT = TESTS / "xla" / "cases_spawn.py"
-
-
-@pytest.fixture(autouse=True)
-def _private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Launches in this process make their report folder here; none may be left."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    yield
-    assert list(folder.iterdir()) == []
 
 
 def _env() -> dict[str, str]:
@@ -137,7 +125,7 @@ def test_ctrl_c_in_the_parent_stops_the_xla_process(tmp_path: Path) -> None:
         parent.send_signal(signal.SIGINT)
         _, err = parent.communicate(timeout=60)
         assert "KeyboardInterrupt" in err, err[-3000:]
-        assert wait_gone(pids, 15) == []  # the report folder went too: see _private_tmp
+        assert wait_gone(pids, 15) == []  # the report folder went too: see the private_tmp fixture
     finally:
         parent.kill()
         parent.communicate()

@@ -25,7 +25,7 @@ from idist.testing._xla_world import XlaWorld
 
 pytestmark = pytest.mark.timeout(900)
 
-#: dtype -> ops it takes (DESIGN.md §3)
+#: dtype -> ops it takes
 CASES: dict[torch.dtype, tuple[str, ...]] = {
     torch.int64: ("SUM", "PRODUCT", "MIN", "MAX", "AND", "OR"),
     torch.int32: ("SUM", "MIN", "AND", "OR"),

@@ -1,53 +1,52 @@
-"""Backend registry: one private module per backend, imported on first selection.
+"""The backend registry: backend name -> the context class that implements it.
 
-Importing idist never imports horovod or torch_xla; ``initialize("horovod")`` imports
-``idist._backends._horovod``, whose factory raises ``BackendUnavailableError`` (an
-``ImportError``) with the install hint when the package is missing.
+Each backend is a ``DistContext`` subclass in a package of its own (``native``,
+``horovod``, ``xla``; ``serial`` is one module). Importing them never imports horovod or
+torch_xla: a backend class loads its package on ``create`` and raises
+``BackendUnavailableError`` with the install hint when it is missing.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from typing import Any
 
 from .._context import DistContext
 from .._errors import UnknownBackendError
+from .horovod import HorovodContext
+from .native import NativeContext
+from .serial import SerialContext
+from .xla import XlaContext
 
-#: backend name -> module under idist._backends that owns it
-MODULES: dict[str, str] = {
-    "serial": "_serial",
-    "gloo": "_native",
-    "nccl": "_native",
-    "mpi": "_native",
-    "horovod": "_horovod",
-    "xla-tpu": "_xla",
+BACKENDS: dict[str, type[DistContext]] = {
+    "serial": SerialContext,
+    "gloo": NativeContext,
+    "nccl": NativeContext,
+    "mpi": NativeContext,
+    "horovod": HorovodContext,
+    "xla-tpu": XlaContext,
 }
 
 
-def load(name: str) -> Any:
-    """The backend module that owns ``name`` (imported once, then cached by Python)."""
-    mod = MODULES.get(name) if isinstance(name, str) else None
-    if mod is None:
+def context_class(name: object) -> type[DistContext]:
+    """The class of backend ``name``, or ``UnknownBackendError`` listing the known ones."""
+    cls = BACKENDS.get(name) if isinstance(name, str) else None
+    if cls is None:
         raise UnknownBackendError(
-            f"unknown backend {name!r}; known backends: {', '.join(MODULES)} "
+            f"unknown backend {name!r}; known backends: {', '.join(BACKENDS)} "
             f"(available here: {', '.join(available()) or 'serial'})"
         )
-    return importlib.import_module(f"{__name__}.{mod}")
+    return cls
 
 
 def create(name: str, **kwargs: Any) -> DistContext:
-    factory: Callable[..., DistContext] = load(name).create
-    return factory(name, **kwargs)
+    return context_class(name).create(name, **kwargs)
 
 
 def available() -> list[str]:
     """Backends that can be selected here, in registry order."""
-    out = []
-    for name in MODULES:
-        try:
-            if load(name).is_available(name):
-                out.append(name)
-        except ImportError:
-            continue
-    return out
+    return [name for name, cls in BACKENDS.items() if cls.is_available(name)]
+
+
+def adopters() -> list[type[DistContext]]:
+    """The classes that can adopt a runtime the user started, in the order they are tried."""
+    return list(dict.fromkeys(cls for cls in BACKENDS.values() if cls.ADOPTS_FROM is not None))

@@ -22,6 +22,8 @@ from typing import Any
 
 import attrs
 
+from .. import _stack
+
 #: How often a rank checks that its parent is still alive.
 WATCHDOG_INTERVAL = 0.5
 
@@ -79,8 +81,6 @@ def _flush() -> None:
 def _call(spec: ChildSpec) -> Any:
     if spec.backend is None:
         return spec.fn(spec.local_rank, *spec.args, **spec.kwargs)
-    from .. import _stack
-
     init = dict(spec.init_kwargs)
     if "world_size" in init:  # init_method= needs this rank passed explicitly
         init.setdefault("rank", spec.rank)

@@ -3,17 +3,10 @@
     parent ──_procs──▶ launcher process ──horovod.run──────▶ N Horovod rank processes
                                         └─torch_xla.launch─▶ one XLA process, a thread per replica
 
-The parent starts one *launcher process* the way it starts a rank (``_procs``: own process
-group, watches its parent, Ctrl-C and failures stop it and everything it started) and that
-process calls the backend's own launcher. Whatever the backend's launcher changes in its
-process (Horovod installs SIGINT/SIGTERM handlers and leaves a rendezvous server
-listening; torch_xla sets PJRT and device-count variables) stays there and ends with it.
-
-Each rank initializes the backend, calls ``fn(local_rank, *args, **kwargs)``, finalizes,
-and reports its result or its exception (``_reports``). The launcher process turns the
-reports into the ranks' results in rank order, or into the ``LaunchError`` of the rank
-that failed first, and hands that back to the parent as its return value, so the error
-names the real rank, not the launcher process.
+The launcher process is started and watched like a rank and runs the backend's launcher,
+so whatever that changes in its process ends with it. Each rank reports its result or
+failure (``_reports``); the launcher process returns the results in rank order or the
+``LaunchError`` of the rank that failed first. See docs/design.md, "Launching".
 """
 
 from __future__ import annotations
@@ -30,13 +23,17 @@ from typing import Any
 import attrs
 
 from .. import _stack
+from .._backends.horovod import _lib as horovod_lib
+from .._backends.xla import _lib as xla_lib
 from .._context import DistContext
 from .._errors import BackendUnavailableError, LaunchConfigError, LaunchError
-from ._procs import Topology, check_start_method, start
+from ._plan import LaunchPlan, check_start_method
+from ._procs import start
 from ._reports import Reporter, ReportFolder
 
 #: backend -> (package that must be importable, module of its driver)
 DRIVEN = {"horovod": ("horovod", "._hvd_spawn"), "xla-tpu": ("torch_xla", "._xla_spawn")}
+INSTALL_HINTS = {"horovod": horovod_lib.INSTALL_HINT, "xla-tpu": xla_lib.INSTALL_HINT}
 
 
 @attrs.frozen(kw_only=True)
@@ -65,7 +62,7 @@ def installed(package: str) -> bool:
 
 
 def check_options(
-    backend: str, topology: Topology, *, join: bool, daemon: bool, init_method: str | None, start_method: str
+    backend: str, plan: LaunchPlan, *, join: bool, daemon: bool, init_method: str | None, start_method: str
 ) -> None:
     """``LaunchConfigError`` for what the backend's own launcher cannot do."""
     who = {"horovod": "horovod.run", "xla-tpu": "torch_xla.launch"}[backend]
@@ -79,14 +76,14 @@ def check_options(
             f"spawn(backend={backend!r}) cannot use daemon=True: {who} starts processes of its own, "
             "which daemonic processes may not; drop daemon="
         )
-    if topology.nnodes != 1 or topology.node_rank != 0:
+    if plan.nnodes != 1 or plan.node_rank != 0:
         hint = (
             "start a multi-host Horovod job with horovodrun -H host1:N,host2:N (idist.initialize() inside)"
             if backend == "horovod"
-            else "on a TPU pod, run the script on every host (torch_xla finds the pod's topology itself)"
+            else "on a TPU pod, run the script on every host (torch_xla finds the pod's plan itself)"
         )
         raise LaunchConfigError(f"spawn(backend={backend!r}) runs on one node: {hint}")
-    if topology.master_addr is not None or topology.master_port is not None or init_method is not None:
+    if plan.master_addr is not None or plan.master_port is not None or init_method is not None:
         raise LaunchConfigError(
             f"{who} chooses its own rendezvous: drop master_addr=, master_port= and init_method= "
             f"for backend={backend!r}"
@@ -101,9 +98,7 @@ def run(job: Job) -> list[Any]:
     """
     package, _ = DRIVEN[job.backend]
     if not installed(package):
-        from .._backends import load
-
-        raise BackendUnavailableError(load(job.backend).INSTALL_HINT)
+        raise BackendUnavailableError(INSTALL_HINTS[job.backend])
     with ReportFolder() as folder:
         return _run_in(attrs.evolve(job, reports=folder.path))
 
@@ -115,7 +110,7 @@ def _run_in(job: Job) -> list[Any]:
     tmp = os.path.join(job.reports, "tmp")
     os.mkdir(tmp, 0o700)
     handle = start(
-        drive, (job,), {}, Topology(nproc_per_node=1), start_method=job.start_method, rank_env=False,
+        drive, (job,), {}, LaunchPlan(nproc_per_node=1), start_method=job.start_method, rank_env=False,
         extra_env={"TMPDIR": tmp},
     )  # fmt: skip
     try:

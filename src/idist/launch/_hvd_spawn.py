@@ -1,17 +1,11 @@
 """``spawn``/``Parallel`` with ``backend="horovod"``: the launcher process runs ``horovod.run``.
 
-``horovod.run(fn, num_proc=N, hosts="localhost:N", use_gloo=True)`` starts N rank processes
-through Horovod's gloo launcher (the one ``horovodrun --gloo`` uses), with HOROVOD_RANK,
-HOROVOD_SIZE... set, and ships ``fn`` to them with cloudpickle. Each rank here initializes
-``idist.initialize("horovod")`` (the process default, as under horovodrun), calls
-``fn(local_rank, ...)`` and finalizes.
-
-Failure: a rank whose ``fn`` raises reports it and exits non-zero; Horovod then stops the
-others (its non-elastic runs terminate every worker when one fails) and ``horovod.run``
-raises a ``RuntimeError`` naming the first *process to exit*, which is often a peer that
-lost the failed rank in a collective. The reports name the rank that failed first in
-time. A rank that dies without a report (killed, ``os._exit``) is named from Horovod's
-message, with its exit status (128 + N for signal N, as Horovod's middleman reports it).
+``horovod.run(fn, num_proc=N, hosts="localhost:N", use_gloo=True)`` starts N ranks with
+Horovod's gloo launcher and ships ``fn`` with cloudpickle; each rank initializes the
+process default context, calls ``fn(local_rank, ...)`` and finalizes. Horovod's own error
+names the first process to *exit* (often a peer of the failed rank); the reports name the
+rank that failed first in time, and a rank that died without one is named from Horovod's
+message with its exit status.
 """
 
 from __future__ import annotations
@@ -25,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from .._backends.horovod import _lib
 from .._errors import LaunchError
 from ._driven import Job, call_rank
 from ._reports import Reporter, ReportFolder, earliest, rank_failure
@@ -48,10 +43,8 @@ class _HorovodRank:
 
 def drive(job: Job) -> list[Any]:
     """In the launcher process: ``horovod.run`` on this host, then results or the first failure."""
-    from .._backends import _horovod
-
-    _horovod._load()  # BackendUnavailableError with the hint when horovod.torch cannot load
-    import horovod
+    _lib.load()  # BackendUnavailableError with the hint when horovod.torch cannot load
+    import horovod  # the launcher process imports horovod itself: it runs horovod.run
 
     _reachable_from_ranks(job)
     n = job.nproc

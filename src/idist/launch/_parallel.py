@@ -11,38 +11,24 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from contextlib import ExitStack
 from types import TracebackType
 from typing import Any, TypeVar, final
 
+import torch
+
 from .. import _stack
 from .._context import DistContext
+from .._detect import launched_by
 from .._errors import LaunchConfigError
-from .._launch_env import detect
-from ._procs import Topology
+from ._plan import LaunchPlan
 from ._spawn import ignite_spawn
 
 R = TypeVar("R")
 
-#: Variables that mean "a launcher already started this process as one rank".
-_HOROVOD_VARS = ("HOROVOD_RANK", "HOROVOD_HOSTNAME")
-
-
-def launched_by() -> str | None:
-    """The launcher that started this process (torchrun, slurm, openmpi, mpich, horovodrun, torch_xla), or None."""
-    if any(v in os.environ for v in _HOROVOD_VARS):
-        return "horovodrun"
-    if _stack.xla_replica():
-        return "torch_xla"
-    info = detect(os.environ)
-    return None if info is None else info.launcher
-
 
 def _default_spawn_backend() -> str:
-    import torch
-
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
@@ -104,7 +90,7 @@ class Parallel:
         self.init_method = init_method
         self.spawn_kwargs = spawn_kwargs
         if n is not None:
-            Topology(
+            LaunchPlan(
                 nproc_per_node=n, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr, master_port=master_port
             ).check()
         self.nnodes, self.node_rank = nnodes, node_rank

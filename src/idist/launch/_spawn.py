@@ -9,7 +9,9 @@ from .._errors import LaunchConfigError
 from .._types import HorovodBackend, NativeBackend, XlaBackend
 from ._driven import Job, check_options
 from ._driven import run as run_driven
-from ._procs import DRIVEN_SPAWNABLE, SpawnHandle, StartMethod, Topology, checked_args, normalize_backend, start
+from ._handle import SpawnHandle
+from ._plan import DRIVEN_SPAWNABLE, LaunchPlan, StartMethod, checked_args, normalize_backend
+from ._procs import start
 
 R = TypeVar("R")
 
@@ -145,10 +147,10 @@ def _seed_form(
     if nprocs is not None and nproc_per_node is not None and nprocs != nproc_per_node:
         raise LaunchConfigError(f"nprocs={nprocs} and nproc_per_node={nproc_per_node} disagree; pass one of them")
     n = nprocs if nprocs is not None else nproc_per_node if nproc_per_node is not None else 1
-    topology = Topology(
+    plan = LaunchPlan(
         nproc_per_node=n, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr, master_port=master_port
     )
-    handle = start(fn, args, {}, topology, daemon=daemon, start_method=start_method)
+    handle = start(fn, args, {}, plan, daemon=daemon, start_method=start_method)
     return _finish(handle, join)
 
 
@@ -182,13 +184,13 @@ def ignite_spawn(
         init["timeout"] = timeout
     if init_method is not None:
         init["init_method"] = init_method
-    topology = Topology(
+    plan = LaunchPlan(
         nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
         master_addr=master_addr, master_port=master_port,
     )  # fmt: skip
     if name in DRIVEN_SPAWNABLE:
-        topology.check()
-        check_options(name, topology, join=join, daemon=daemon, init_method=init_method, start_method=start_method)
+        plan.check()
+        check_options(name, plan, join=join, daemon=daemon, init_method=init_method, start_method=start_method)
         job = Job(
             backend=name, fn=fn, args=checked_args(fn, args), kwargs=dict(kwargs_dict or {}), init_kwargs=init,
             nproc=nproc_per_node, start_method=start_method,
@@ -196,9 +198,9 @@ def ignite_spawn(
         return run_driven(job)
     if init_method is not None:
         # torch's init_method= needs the rank and world size passed explicitly.
-        init["world_size"] = topology.world_size
+        init["world_size"] = plan.world_size
     handle = start(
-        fn, args, dict(kwargs_dict or {}), topology, daemon=daemon, start_method=start_method,
+        fn, args, dict(kwargs_dict or {}), plan, daemon=daemon, start_method=start_method,
         backend=name, init_kwargs=init,
     )  # fmt: skip
     return _finish(handle, join)

@@ -1,25 +1,11 @@
 """``spawn``/``Parallel`` with ``backend="xla-tpu"``: the launcher process runs ``torch_xla.launch``.
 
-torch_xla 2.9 decides the replicas itself: ``xmp.spawn``/``torch_xla.launch`` accept
-``nprocs=None`` (one replica per device: a process per TPU chip, or on the XLA CPU device
-one process with a thread per device) or ``nprocs=1`` (one replica, in the calling
-process), and raise ``ValueError`` for anything else. idist maps ``nproc_per_node=N``:
-
-- ``N == 1``: ``torch_xla.launch(..., debug_single_process=True)``, torch_xla's
-  ``nprocs=1``: one replica, run in the launcher process;
-- ``N > 1`` on the XLA CPU device: ``CPU_NUM_DEVICES=N`` (and ``XLA_THREAD_POOL_SIZE``,
-  see the XLA backend) in the launcher process, then ``torch_xla.launch``: one XLA
-  process, N device threads;
-- ``N > 1`` on TPU/GPU: ``torch_xla.launch`` with every device, and each replica checks
-  that torch_xla started N of them (``LaunchConfigError`` saying how many it found and
-  what to pass otherwise).
-
-Each replica makes its own ``XlaContext`` current in its thread only (the device threads
-share one process, so there is no process default to share), calls
-``fn(local_rank, ...)`` and closes it. Failure: torch_xla waits for every replica before
-it returns, and replicas blocked in a collective would wait forever for one that raised;
-so a replica that raises reports it and ends its XLA process at once (``os._exit``), the
-launcher sees the process pool break, and the report names the replica.
+torch_xla decides its replicas: ``nproc_per_node=1`` runs one replica in the launcher
+process; ``N > 1`` on the XLA CPU device sets ``CPU_NUM_DEVICES=N`` (one process, N device
+threads); ``N > 1`` on TPU/GPU uses every device, and each replica checks there are N.
+Each replica makes its own ``XlaContext`` current in its thread, calls
+``fn(local_rank, ...)`` and closes it; one that raises reports and ends its XLA process at
+once (torch_xla would wait for its blocked peers forever). See docs/design.md, "Launching".
 """
 
 from __future__ import annotations
@@ -30,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from .._backends.xla import _lib
 from .._context import DistContext
 from .._errors import LaunchConfigError, LaunchError
 from ._child import _flush
@@ -71,11 +58,8 @@ class _Replica:
 
 def drive(job: Job) -> list[Any]:
     """In the launcher process: ``torch_xla.launch``, then results or the first failure."""
-    from .._backends import _xla
-
-    _xla._load()  # BackendUnavailableError with the hint when torch_xla cannot load
-    import torch_xla
-    import torch_xla.runtime as xr
+    _lib.load()  # BackendUnavailableError with the hint when torch_xla cannot load
+    torch_xla, xr = _lib.torch_xla, _lib.xr
 
     n = job.nproc
     device_type = str(xr.device_type() or "CPU")  # torch_xla's import picked one if PJRT_DEVICE was unset

@@ -1,7 +1,7 @@
 """Test distributed code without a cluster: simulated ranks, a process pool, a pytest plugin.
 
 ``simulate(world_size, fn, *args)`` runs ``fn(ctx, *args)`` once per rank, each rank a
-thread with a real gloo process group over an in-memory store (DESIGN.md §5).
+thread with a real gloo process group over an in-memory store.
 ``SimulatedWorld`` keeps such a world between runs; ``ProcessWorld`` does the same with
 real processes. Both are *runners* (``Runner``): ``run(fn, *args) -> list`` of results in
 rank order. The property suite (``properties/``) takes its runners from
@@ -13,23 +13,13 @@ tests a ``simulated_world`` fixture.
 from __future__ import annotations
 
 from ._errors import RankFailedError, WorldTimeoutError
-from ._processes import ProcessWorld, RemoteError
-from ._runners import (
-    DEFAULT_SPEC,
-    ENV_VAR,
-    Runner,
-    RunnerFactory,
-    RunnerSpec,
-    parse_runners,
-    register_runner,
-    runners_from_env,
-)
+from ._jobs import RemoteError
+from ._processes import ProcessWorld
+from ._runners import Runner, RunnerFactory, RunnerSpec, register_runner, runners_from_env
 from ._threads import DEFAULT_TIMEOUT, SimulatedWorld, simulate
 
 __all__ = [
-    "DEFAULT_SPEC",
     "DEFAULT_TIMEOUT",
-    "ENV_VAR",
     "ProcessWorld",
     "RankFailedError",
     "RemoteError",
@@ -38,7 +28,6 @@ __all__ = [
     "RunnerSpec",
     "SimulatedWorld",
     "WorldTimeoutError",
-    "parse_runners",
     "register_runner",
     "runners_from_env",
     "simulate",

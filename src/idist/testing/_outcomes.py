@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 import attrs
 
@@ -21,9 +21,9 @@ class Outcomes(Generic[R]):
 
     def add(self, rank: int, ok: bool, value: object) -> None:
         if ok:
-            self.results[rank] = value  # type: ignore[assignment]
+            self.results[rank] = cast(R, value)  # the runner's fn returned it
         else:
-            self.failures[rank] = value  # type: ignore[assignment]
+            self.failures[rank] = value if isinstance(value, BaseException) else RuntimeError(repr(value))
 
     @property
     def unfinished(self) -> tuple[int, ...]:

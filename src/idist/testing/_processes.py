@@ -10,26 +10,21 @@ whole pool (its peers may be stuck in a collective); the next run starts a fresh
 
 from __future__ import annotations
 
-import ctypes
 import datetime
-import io
 import multiprocessing
 import multiprocessing.connection as mpc
-import os
 import pickle
-import sys
 import time
-import traceback
 from collections.abc import Callable
-from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast, final
 
-import torch
-from typing_extensions import Self, TypeVarTuple, Unpack
+from torch._C._distributed_c10d import TCPStore
+from typing_extensions import TypeVarTuple, Unpack
 
+from .. import _stack
 from .._context import DistContext
-from .._errors import IdistError, LaunchEnvironmentError
 from ._errors import RankFailedError, WorldTimeoutError
+from ._jobs import BaseWorld, RemoteError, dumps, pack, serve_and_exit
 from ._outcomes import Outcomes
 
 R = TypeVar("R")
@@ -42,50 +37,8 @@ FAILURE_GRACE = 3.0
 START_TIMEOUT = 180.0
 
 
-class RemoteError(IdistError, RuntimeError):
-    """A rank's exception that could not be pickled back: its type name, message and traceback."""
-
-
-def _tensor_from(dtype: torch.dtype, shape: tuple[int, ...], data: bytes) -> torch.Tensor:
-    if not data:
-        return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(shape)
-
-
-class _Pickler(pickle.Pickler):
-    """Tensors travel as dtype, shape and raw bytes: torch's own pickling fails for some
-    dtypes (uint16/32/64 in torch 2.13) and would share memory through /dev/shm."""
-
-    def reducer_override(self, obj: object) -> Any:
-        if type(obj) is torch.Tensor:
-            flat = obj.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-            data = ctypes.string_at(flat.data_ptr(), flat.numel()) if flat.numel() else b""
-            return _tensor_from, (obj.dtype, tuple(obj.shape), data)
-        return NotImplemented
-
-
-def _dumps(obj: object) -> bytes:
-    buf = io.BytesIO()
-    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
-    return buf.getvalue()
-
-
-def _pack(ok: bool, value: object) -> bytes:
-    try:
-        return _dumps((ok, value))
-    except Exception as exc:
-        if ok:
-            value = exc
-        text = "".join(traceback.format_exception(value)) if isinstance(value, BaseException) else repr(value)
-        return _dumps((False, RemoteError(text)))
-
-
 def _worker(rank: int, world_size: int, conn: mpc.Connection, timeout: float) -> None:
     """A pool process: join the group, then run jobs until told to stop."""
-    from torch._C._distributed_c10d import TCPStore
-
-    import idist
-
     td = datetime.timedelta(seconds=max(timeout, START_TIMEOUT))
     try:
         if rank == 0:
@@ -94,37 +47,16 @@ def _worker(rank: int, world_size: int, conn: mpc.Connection, timeout: float) ->
         else:
             port = conn.recv()
             store = TCPStore("127.0.0.1", port, world_size, False, timeout=td)
-        ctx = idist.initialize("gloo", rank=rank, world_size=world_size, store=store, timeout=timeout)
+        ctx = _stack.initialize("gloo", rank=rank, world_size=world_size, store=store, timeout=timeout)
         conn.send("ready")
     except BaseException as exc:
-        conn.send_bytes(_pack(False, exc))
+        conn.send_bytes(pack(False, exc))
         return
-    try:
-        while True:
-            job = conn.recv_bytes()
-            if not job:
-                break
-            try:
-                fn, args = pickle.loads(job)
-                reply = _pack(True, fn(ctx, *args))
-            except BaseException as exc:
-                exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None
-                note = "".join(traceback.format_exception(exc))
-                exc.add_note(f"--- traceback on rank {rank} ---\n{note}")
-                reply = _pack(False, exc)
-            conn.send_bytes(reply)
-    except (EOFError, OSError):
-        pass  # the parent went away
-    finally:
-        idist.finalize()
-        # Skip the interpreter's teardown of torch (seconds on a loaded machine): the
-        # group is finalized and this process holds nothing else worth flushing.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+    serve_and_exit(ctx, f"rank {rank}", conn.recv_bytes, conn.send_bytes)
 
 
-class ProcessWorld:
+@final
+class ProcessWorld(BaseWorld):
     """``world_size`` real processes on loopback, one gloo rank each, reused between runs.
 
     ``run(fn, *args)`` calls ``fn(ctx, *args)`` in every process (``ctx`` is that process's
@@ -135,22 +67,12 @@ class ProcessWorld:
     new ones. ``close()`` stops them; nothing is left behind.
     """
 
+    KIND = "processes"
+
     def __init__(self, world_size: int, *, timeout: float = DEFAULT_TIMEOUT) -> None:
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise LaunchEnvironmentError(f"world_size must be an int >= 1, got {world_size!r}")
-        if not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        self.world_size = world_size
-        self.timeout = float(timeout)
+        super().__init__(world_size, timeout=timeout)
         self._procs: list[Any] = []
         self._conns: list[mpc.Connection] = []
-
-    @property
-    def name(self) -> str:
-        return f"processes@{self.world_size}"
-
-    def __repr__(self) -> str:
-        return f"ProcessWorld(world_size={self.world_size}, timeout={self.timeout:g})"
 
     def start(self) -> None:
         """Start the processes and wait until every rank has joined the group."""
@@ -197,10 +119,10 @@ class ProcessWorld:
         p.join(1.0)
         return RemoteError(f"process of rank {rank} died (exit code {p.exitcode})")
 
-    def run(self, fn: Callable[[DistContext, Unpack[Ts]], R], *args: Unpack[Ts]) -> list[R]:
+    def run(self, fn: Callable[[DistContext, Unpack[Ts]], R], *args: *Ts) -> list[R]:
         """Call ``fn(ctx, *args)`` on every rank; the results in rank order."""
         self.start()
-        job = _dumps((fn, args))
+        job = dumps((fn, args))
         out: Outcomes[R] = Outcomes(self.world_size)
         deadline = time.monotonic() + self.timeout
         waiting = {conn: rank for rank, conn in enumerate(self._conns)}
@@ -216,7 +138,7 @@ class ProcessWorld:
                 if not ready:
                     break
                 for got in ready:
-                    rank = waiting.pop(got)  # type: ignore[call-overload]
+                    rank = waiting.pop(cast(mpc.Connection, got))
                     out.add(rank, *self._receive(rank))
         except BaseException:
             self._kill()
@@ -266,11 +188,3 @@ class ProcessWorld:
                 p.join(5.0)
         for conn in conns:
             conn.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()

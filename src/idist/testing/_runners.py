@@ -1,19 +1,11 @@
 """The *runner* abstraction the property suite is written against, and how runners are chosen.
 
-A runner runs ``fn(ctx, *args)`` on every rank of some world and returns the results in
-rank order. The property functions only ever see a runner, so the same properties run on
-simulated threads, on a pool of gloo processes, and on any backend a lane plugs in.
-
-Choosing runners: ``IDIST_PROPERTY_RUNNER`` is a comma-separated list of
-``NAME@WORLD_SIZE`` (``@WORLD_SIZE`` optional, default 2). ``NAME`` is a registered name
-(``threads``, ``processes``, or one added with ``register_runner``) or an import path
-``package.module:factory``. A factory is called as ``factory(world_size)`` and returns a
-``Runner``. A Horovod or XLA lane runs the whole suite on its backend with, e.g.::
-
-    IDIST_PROPERTY_RUNNER="idist_lanes.horovod:HorovodWorld@2" pytest properties
-
-For ``run`` to work across processes, the suite's rank functions are module-level
-functions and their arguments and results pickle; a runner may rely on that.
+A runner runs ``fn(ctx, *args)`` on every rank of a world and returns the results in rank
+order, so the same properties run on threads, processes and any backend a lane plugs in.
+``IDIST_PROPERTY_RUNNER`` is a comma-separated list of ``NAME@WORLD_SIZE`` (default size
+2); ``NAME`` is ``threads``, ``processes``, a name given to ``register_runner``, or an
+import path ``package.module:factory`` (called as ``factory(world_size)``). Rank functions
+are module-level and their arguments and results pickle; a runner may rely on that.
 """
 
 from __future__ import annotations
@@ -21,7 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, final, runtime_checkable
 
 import attrs
 from typing_extensions import TypeVarTuple, Unpack
@@ -50,7 +42,7 @@ class Runner(Protocol):
         """A short label for test ids, e.g. ``threads@4``."""
         ...
 
-    def run(self, fn: Callable[[DistContext, Unpack[Ts]], R], *args: Unpack[Ts]) -> list[R]:
+    def run(self, fn: Callable[[DistContext, Unpack[Ts]], R], *args: *Ts) -> list[R]:
         """Call ``fn(ctx, *args)`` on every rank; the results in rank order.
 
         A rank that raises makes ``run`` raise (``RankFailedError`` naming the rank for the
@@ -78,6 +70,7 @@ def register_runner(name: str, factory: RunnerFactory) -> None:
     _REGISTRY[name] = factory
 
 
+@final
 @attrs.frozen
 class RunnerSpec:
     """One entry of ``IDIST_PROPERTY_RUNNER``: what to build, not yet built."""

@@ -22,15 +22,14 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, final
 
 from torch._C._distributed_c10d import HashStore, PrefixStore
-from typing_extensions import Self, TypeVarTuple, Unpack
+from typing_extensions import TypeVarTuple, Unpack
 
-from .._backends._native import NativeContext, create_in_process
-from .._errors import LaunchEnvironmentError
+from .._backends.native import NativeContext
 from .._stack import use
+from ._jobs import BaseWorld
 from ._outcomes import Outcomes
 
 R = TypeVar("R")
@@ -104,7 +103,7 @@ class _Rank(threading.Thread):
 
     def run(self) -> None:
         try:
-            ctx = create_in_process(self.store, self.rank, self.size, timeout=_pg_timeout(self.timeout))
+            ctx = NativeContext.in_process(self.store, self.rank, self.size, timeout=_pg_timeout(self.timeout))
         except BaseException as exc:
             self.out.put((None, self.rank, False, _scrub(exc)))
             return
@@ -127,7 +126,8 @@ class _Rank(threading.Thread):
             del ctx
 
 
-class SimulatedWorld:
+@final
+class SimulatedWorld(BaseWorld):
     """``world_size`` simulated ranks in this process, kept between runs.
 
     ``run(fn, *args)`` calls ``fn(ctx, *args)`` on every rank at once (``ctx`` is that
@@ -139,24 +139,14 @@ class SimulatedWorld:
     context manager) to end its threads; nothing else is left behind.
     """
 
+    KIND = "threads"
+
     def __init__(self, world_size: int, *, timeout: float = DEFAULT_TIMEOUT) -> None:
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise LaunchEnvironmentError(f"world_size must be an int >= 1, got {world_size!r}")
-        if not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        self.world_size = world_size
-        self.timeout = float(timeout)
+        super().__init__(world_size, timeout=timeout)
         self._ranks: list[_Rank] = []
         self._out: queue.SimpleQueue[_Report] = queue.SimpleQueue()
         self._runs = itertools.count(1)
         self._lock = threading.Lock()
-
-    @property
-    def name(self) -> str:
-        return f"threads@{self.world_size}"
-
-    def __repr__(self) -> str:
-        return f"SimulatedWorld(world_size={self.world_size}, timeout={self.timeout:g})"
 
     def _start(self) -> None:
         world = next(_worlds)
@@ -168,7 +158,7 @@ class SimulatedWorld:
         for t in self._ranks:
             t.start()
 
-    def run(self, fn: Callable[[NativeContext, Unpack[Ts]], R], *args: Unpack[Ts]) -> list[R]:
+    def run(self, fn: Callable[[NativeContext, Unpack[Ts]], R], *args: *Ts) -> list[R]:
         """Call ``fn(ctx, *args)`` on every rank; the results in rank order."""
         with self._lock:
             return self._run(fn, args)
@@ -228,19 +218,11 @@ class SimulatedWorld:
         with self._lock:
             self._stop(wait=self.timeout)
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
 
 def simulate(
     world_size: int,
     fn: Callable[[NativeContext, Unpack[Ts]], R],
-    *args: Unpack[Ts],
+    *args: *Ts,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> list[R]:
     """Run ``fn(ctx, *args)`` once per rank of a simulated world; the results in rank order.

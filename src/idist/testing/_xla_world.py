@@ -1,16 +1,12 @@
 """``XlaWorld``: a runner whose ranks are the XLA CPU device threads of one process.
 
-torch_xla gives one process ``CPU_NUM_DEVICES`` XLA CPU devices and runs a replica per
-device thread (what ``xmp.spawn`` does on the CPU). This runner starts such a process
-once (``PJRT_DEVICE=CPU``), keeps one thread per device, each with its own
-``XlaContext`` from the public ``idist`` factory, and runs jobs ``fn(ctx, *args)`` on
-all of them. Jobs and results pickle, as for ``ProcessWorld``. A rank that fails or a
-run that overruns stops the process (a replica may be stuck in a collective); the next
-run starts a fresh one. Use it from the property suite with::
+It starts one process with ``PJRT_DEVICE=CPU`` and ``CPU_NUM_DEVICES=world_size`` (what
+``xmp.spawn`` does on the CPU), keeps one thread per device with its own ``XlaContext``,
+and runs jobs ``fn(ctx, *args)`` on all of them (jobs and results pickle). A failure or an
+overrun stops the process; the next run starts a fresh one. It needs torch_xla (the XLA
+lane's venv)::
 
     IDIST_PROPERTY_RUNNER="idist.testing._xla_world:XlaWorld@2" pytest properties
-
-It needs torch_xla (the XLA lane's venv, ``scripts/xla/setup-venv.sh``).
 """
 
 from __future__ import annotations
@@ -22,17 +18,18 @@ import pickle
 import queue
 import sys
 import threading
-import traceback
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, final
 
 from typing_extensions import TypeVarTuple, Unpack
 
+from .. import _stack
+from .._backends.xla import XlaContext
 from .._context import DistContext
 from .._errors import LaunchEnvironmentError
 from ._errors import RankFailedError, WorldTimeoutError
+from ._jobs import BaseWorld, RemoteError, pack, serve
 from ._outcomes import Outcomes
-from ._processes import RemoteError, _pack
 
 R = TypeVar("R")
 Ts = TypeVarTuple("Ts")
@@ -43,25 +40,12 @@ START_TIMEOUT = 300.0
 
 
 def _rank_thread(rank: int, device: Any, jobs: queue.Queue[Any], results: queue.Queue[Any], timeout: float) -> None:
-    import torch_xla
-
-    import idist
-    from idist._backends import _xla
+    import torch_xla  # optional: only the XLA lane's venv has it
 
     torch_xla._XLAC._xla_set_default_device(device)
-    ctx = _xla.create("xla-tpu", timeout=timeout)
-    with idist.use(ctx):
-        while True:
-            job = jobs.get()
-            if job is None:
-                break
-            try:
-                fn, args = pickle.loads(job)
-                results.put((rank, _pack(True, fn(ctx, *args))))
-            except BaseException as exc:
-                note = "".join(traceback.format_exception(exc))
-                exc.add_note(f"--- traceback on XLA rank {rank} ---\n{note}")
-                results.put((rank, _pack(False, exc)))
+    ctx = XlaContext.create("xla-tpu", timeout=timeout)
+    with _stack.use(ctx):
+        serve(ctx, f"XLA rank {rank}", lambda: jobs.get() or b"", lambda reply: results.put((rank, reply)))
 
 
 def _host(world_size: int, conn: mpc.Connection, timeout: float) -> None:
@@ -72,8 +56,8 @@ def _host(world_size: int, conn: mpc.Connection, timeout: float) -> None:
     # thread per device until all arrive, so the pool must outnumber the devices.
     os.environ.setdefault("XLA_THREAD_POOL_SIZE", str(4 * world_size + 8))
     try:
-        import torch_xla.core.xla_model as xm
-        from torch_xla._internal import pjrt
+        import torch_xla.core.xla_model as xm  # optional: only the XLA lane's venv has it
+        from torch_xla._internal import pjrt  # (see above)
 
         pjrt.initialize_multiprocess(0, 1)
         devices = xm.get_xla_supported_devices()
@@ -90,7 +74,7 @@ def _host(world_size: int, conn: mpc.Connection, timeout: float) -> None:
             ).start()  # fmt: skip
         conn.send("ready")
     except BaseException as exc:
-        conn.send_bytes(_pack(False, exc))
+        conn.send_bytes(pack(False, exc))
         return
     try:
         while True:
@@ -112,23 +96,16 @@ def _host(world_size: int, conn: mpc.Connection, timeout: float) -> None:
         os._exit(0)
 
 
-class XlaWorld:
+@final
+class XlaWorld(BaseWorld):
     """``world_size`` XLA CPU device threads in one process, reused between runs (a ``Runner``)."""
 
+    KIND = "xla"
+
     def __init__(self, world_size: int, *, timeout: float = DEFAULT_TIMEOUT) -> None:
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise LaunchEnvironmentError(f"world_size must be an int >= 1, got {world_size!r}")
-        self.world_size = world_size
-        self.timeout = float(timeout)
+        super().__init__(world_size, timeout=timeout)
         self._proc: Any = None
         self._conn: mpc.Connection | None = None
-
-    @property
-    def name(self) -> str:
-        return f"xla@{self.world_size}"
-
-    def __repr__(self) -> str:
-        return f"XlaWorld(world_size={self.world_size}, timeout={self.timeout:g})"
 
     def start(self) -> mpc.Connection:
         if self._conn is not None:
@@ -158,7 +135,7 @@ class XlaWorld:
             raise RankFailedError(0, self.world_size, {0: exc}) from exc
         return parent
 
-    def run(self, fn: Callable[[DistContext, Unpack[Ts]], R], *args: Unpack[Ts]) -> list[R]:
+    def run(self, fn: Callable[[DistContext, Unpack[Ts]], R], *args: *Ts) -> list[R]:
         """Call ``fn(ctx, *args)`` on every device thread; the results in rank order."""
         conn = self.start()
         out: Outcomes[R] = Outcomes(self.world_size)

@@ -8,13 +8,8 @@
     @pytest.mark.simulated_world(4, timeout=30)      # 4 ranks, 30 s per run
     def test_gather(simulated_world): ...
 
-    @pytest.mark.parametrize("simulated_world", [1, 2, 3], indirect=True)
-    def test_any_size(simulated_world): ...
-
-The fixture is a ``SimulatedWorld``: ``run(fn, *args)`` calls ``fn(ctx, *args)`` on every
-rank (threads with real gloo groups, each with its own current context) and returns the
-results in rank order. It is closed after the test. Nothing heavy is imported until a
-test asks for it.
+The fixture is a ``SimulatedWorld``, closed after the test; parametrize it indirectly
+for several sizes. Nothing heavy is imported until a test asks for it.
 """
 
 from __future__ import annotations
@@ -25,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from idist.testing import SimulatedWorld
+    from idist.testing import SimulatedWorld  # deferred: pytest loads this plugin in every session
 
 MARKER = "simulated_world"
 
@@ -38,7 +33,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _options(request: pytest.FixtureRequest) -> tuple[int, float]:
-    from idist.testing import DEFAULT_TIMEOUT
+    from idist.testing import DEFAULT_TIMEOUT  # deferred: pytest loads this plugin in every session
 
     world_size: Any = 2
     timeout: Any = DEFAULT_TIMEOUT
@@ -57,7 +52,7 @@ def _options(request: pytest.FixtureRequest) -> tuple[int, float]:
 @pytest.fixture
 def simulated_world(request: pytest.FixtureRequest) -> Iterator[SimulatedWorld]:
     """A world of simulated ranks for this test (2 by default; see the module docstring)."""
-    from idist.testing import SimulatedWorld
+    from idist.testing import SimulatedWorld  # deferred: pytest loads this plugin in every session
 
     world_size, timeout = _options(request)
     with SimulatedWorld(world_size, timeout=timeout) as world:

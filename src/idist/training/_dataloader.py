@@ -1,23 +1,12 @@
 """``auto_dataloader``: one loader definition, the same global batches on any world size.
 
-The shared logic lives here once; a backend context only answers two hooks
-(``_loader_pin_memory``, ``_adapt_loader``). What it does, in order:
-
-- takes a ``Dataset`` (ignite) or a ``DataLoader`` (the seed: its settings are read back,
-  keyword arguments override them);
-- ``batch_size`` is the **global** batch (as in ignite): each rank loads
-  ``batch_size // world_size`` and a warning names the effective global batch when that
-  does not divide; ``per_rank_batch_size=`` says the per-rank size directly;
-- samples through ``ShardSampler`` when there is no sampler (also serially, so one process
-  with batch B and N ranks with B/N draw the same global batches), keeps a user's
-  ``DistributedSampler`` (warns when its rank or replicas disagree), wraps any other
-  sampler in ``ProxySampler`` (a private seed, the global RNGs untouched);
-- shards an ``IterableDataset`` by rank and worker with ``shard_iterable=True``, else logs
-  that each rank must produce its own data;
-- scales ``num_workers`` (a per-node total) by the processes per node, sets ``pin_memory``
-  on CUDA, gives the DataLoader a private generator for its worker seeds (torch draws one
-  from the global RNG on every pass otherwise);
-- returns an ``AutoDataLoader``, whose sampler's epoch advances on every new pass.
+``batch_size`` is the **global** batch (as in ignite; ``per_rank_batch_size=`` says the
+per-rank size). A dataset without a sampler is sharded by ``ShardSampler`` (also serially,
+so 1 process at batch B and N ranks at B/N draw the same global batches); a user's
+``DistributedSampler`` is kept; any other sampler is wrapped in ``ProxySampler``. An
+``IterableDataset`` is sharded by rank and worker with ``shard_iterable=True``.
+``num_workers`` is a per-node total; the loader gets a private generator, and the
+returned ``AutoDataLoader`` advances its sampler's epoch on every new pass.
 """
 
 from __future__ import annotations
@@ -28,7 +17,8 @@ import sys
 import warnings
 from collections.abc import Iterator, Sized
 from itertools import islice
-from typing import TYPE_CHECKING, Any, TypeVar
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TypeVar, final
 
 import torch
 from torch.utils.data import (
@@ -54,9 +44,6 @@ T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 logger = logging.getLogger("idist.training")
-
-#: options of auto_dataloader itself; everything else goes to torch's DataLoader
-OWN_OPTIONS = ("per_rank_batch_size", "seed", "shard_iterable", "even_batches")
 
 
 class AutoDataLoader(DataLoader[T_co]):
@@ -92,6 +79,7 @@ class AutoDataLoader(DataLoader[T_co]):
         return super().__iter__()
 
 
+@final
 class ShardedIterableDataset(IterableDataset[T]):
     """Item ``i`` of ``dataset`` goes to one (rank, worker) pair: round robin over all of them."""
 
@@ -121,9 +109,10 @@ def auto_dataloader(ctx: DistContext, data: Dataset[T] | DataLoader[T], **kwargs
 def _warn(message: str) -> None:
     """A UserWarning attributed to the caller's line, not to idist's own frames."""
     package = os.path.dirname(os.path.dirname(__file__))
-    frame, level = sys._getframe(1), 2
+    frame: FrameType | None = sys._getframe(1)
+    level = 2
     while frame is not None and frame.f_code.co_filename.startswith(package):
-        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+        frame, level = frame.f_back, level + 1
     warnings.warn(message, UserWarning, stacklevel=level)
 
 

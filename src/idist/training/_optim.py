@@ -16,6 +16,7 @@ from .._errors import TrainingSetupError
 
 if TYPE_CHECKING:
     from .._context import DistContext
+    from .._core import ContextCore
 
 OptimizerT = TypeVar("OptimizerT", bound=Optimizer)
 
@@ -29,7 +30,7 @@ def auto_optim(ctx: DistContext, optimizer: OptimizerT, **kwargs: Any) -> Optimi
     return ctx._wrap_optimizer(optimizer, dict(kwargs))
 
 
-def keep_optimizer(ctx: DistContext, optimizer: OptimizerT, kwargs: dict[str, Any]) -> OptimizerT:
+def keep_optimizer(ctx: ContextCore, optimizer: OptimizerT, kwargs: dict[str, Any]) -> OptimizerT:
     """The serial / native hook: the optimizer as it is (options are for other backends)."""
     if kwargs:
         logger.info("auto_optim on %s: options %s are for Horovod/XLA and ignored here", ctx.backend, sorted(kwargs))

@@ -1,17 +1,11 @@
 """Samplers that give each rank its share of an epoch, and the clock that advances epochs.
 
 ``ShardSampler`` shards ``range(n)`` (shuffled by ``seed + epoch`` when asked);
-``ProxySampler`` shards whatever a user's sampler yields, running that sampler under a
-private seed so every rank sees the same sequence while the global RNGs stay untouched
-(ignite's proxy reseeds the global torch RNG on every epoch). Both are
-``DistributedSampler`` subclasses, so code that checks for one keeps working.
-
-Sharding (both samplers): rank ``r`` of ``W`` takes positions ``r, r + W, ...`` of the
-epoch's sequence, as ``DistributedSampler`` does, but nothing is padded: every sample is
-seen exactly once per epoch across ranks. ``drop_last=True`` cuts the sequence to a
-multiple of ``W`` first. Only when ranks would otherwise run different numbers of
-batches (a last global batch smaller than the world size, which blocks DDP) does
-``even_batches=True`` repeat up to ``W - 1`` samples, as Accelerate does.
+``ProxySampler`` shards what a user's sampler yields, run under a private seed so every
+rank sees the same sequence and the global RNGs stay untouched. Rank ``r`` of ``W`` takes
+positions ``r, r + W, ...``; nothing is padded (every sample once per epoch) unless
+``even_batches=True`` must repeat up to ``W - 1`` samples so ranks run as many batches as
+each other. Both are ``DistributedSampler`` subclasses.
 """
 
 from __future__ import annotations
@@ -19,12 +13,23 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Iterator, Sized
-from typing import Any
+from typing import Any, Protocol, cast, final
 
 import torch
-from torch.utils.data import DistributedSampler, Sampler
+from torch.utils.data import Dataset, DistributedSampler, Sampler
 
 from .._errors import TrainingSetupError
+
+
+class _Seeded(Protocol):
+    """A sampler that draws from ``generator`` (every torch sampler that shuffles)."""
+
+    generator: torch.Generator | None
+
+
+class _HasEpoch(Protocol):
+    def set_epoch(self, epoch: int) -> None: ...
+
 
 #: the global RNGs are process-wide; a proxy sampler forks them under this lock
 _GLOBAL_RNG_LOCK = threading.Lock()
@@ -65,7 +70,8 @@ class _ShardedBase(DistributedSampler[int]):
     ) -> None:  # fmt: skip
         if not 0 <= rank < num_replicas:
             raise TrainingSetupError(f"rank={rank} is outside 0..{num_replicas - 1}")
-        super().__init__(source, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)  # type: ignore[arg-type]
+        dataset = cast("Dataset[Any]", source)  # DistributedSampler only takes its len()
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
         self.length = length
         self.even_batches = even_batches
         self.total_size = shard_plan(length, num_replicas, drop_last, even_batches, batch_size)
@@ -91,6 +97,7 @@ class _ShardedBase(DistributedSampler[int]):
         return self.num_samples
 
 
+@final
 class ShardSampler(_ShardedBase):
     """Rank ``rank``'s share of ``range(len(dataset))``, reshuffled per epoch when ``shuffle``.
 
@@ -115,6 +122,7 @@ class ShardSampler(_ShardedBase):
         return torch.randperm(self.length, generator=g).tolist()
 
 
+@final
 class ProxySampler(_ShardedBase):
     """Rank ``rank``'s share of what ``sampler`` yields in this epoch.
 
@@ -148,6 +156,7 @@ class ProxySampler(_ShardedBase):
         private = torch.Generator()
         private.manual_seed(seed)
         has_gen = hasattr(self.sampler, "generator")
+        seeded = cast(_Seeded, self.sampler)
         saved_gen = getattr(self.sampler, "generator", None)
         with _GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
             py_state = random.getstate()
@@ -155,11 +164,11 @@ class ProxySampler(_ShardedBase):
             random.seed(seed)
             try:
                 if has_gen:
-                    self.sampler.generator = private  # type: ignore[attr-defined]
+                    seeded.generator = private
                 seq = [int(i) for i in self.sampler]
             finally:
                 if has_gen:
-                    self.sampler.generator = saved_gen  # type: ignore[attr-defined]
+                    seeded.generator = saved_gen
                 random.setstate(py_state)
         if len(seq) != self.length:
             raise TrainingSetupError(
@@ -211,4 +220,4 @@ class EpochClock:
         if isinstance(t, _ShardedBase):
             t.epoch = epoch
         else:
-            t.set_epoch(epoch)  # type: ignore[attr-defined]
+            cast(_HasEpoch, t).set_epoch(epoch)

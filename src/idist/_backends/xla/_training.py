@@ -21,12 +21,14 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import torch
 from torch import nn
 
-from .. import _codec
-from .._errors import TrainingSetupError
-from ..training._dataloader import AutoDataLoader
+from ..._errors import TrainingSetupError
+from ..._frame import tensor_bytes
+from ...training._agree import agree, unwrapped_state
+from ...training._dataloader import AutoDataLoader
+from . import _lib
 
 if TYPE_CHECKING:
-    from ._xla import XlaContext
+    from ._context import XlaContext
 
 T = TypeVar("T")
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
@@ -37,36 +39,19 @@ logger = logging.getLogger("idist.training")
 WRAPPED = "_idist_xla_step"
 
 
-def _agree(ctx: XlaContext, what: str, mine: object) -> None:
-    seen = ctx.all_gather(mine)
-    differ = [r for r, s in enumerate(seen) if s != seen[0]]
-    if differ:
-        raise TrainingSetupError(
-            f"{what} differs between ranks (rank 0 vs ranks {differ}): build the same model and optimizer "
-            "on every rank before auto_model / auto_optim"
-        )
-
-
 def wrap_model(ctx: XlaContext, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
     """The model itself, on the XLA device, holding rank 0's parameters and buffers."""
-    if sync_bn:
-        raise TrainingSetupError(
-            "sync_bn=True on XLA: idist has no synchronized BatchNorm for XLA; drop sync_bn (each replica "
-            "normalizes its own batch) or average the statistics yourself"
-        )
-    if kwargs:
-        logger.info("auto_model on XLA: no wrapper is used, options %s ignored", sorted(kwargs))
-    if ctx.world_size == 1:
-        return model
-    state = model.state_dict(keep_vars=True)
-    layout = [(name, str(t.dtype), tuple(t.shape)) for name, t in state.items()]
-    _agree(ctx, "the model's parameters and buffers", layout)
-    tensors = [t for t in state.values() if t.numel() > 0]
-    if not tensors:
+    hint = (
+        "idist has no synchronized BatchNorm for XLA; drop sync_bn (each replica normalizes its own batch) "
+        "or average the statistics yourself"
+    )
+    state = unwrapped_state(ctx, model, "XLA", sync_bn, hint, kwargs)
+    tensors = [t for t in state if t.numel() > 0]
+    if ctx.world_size == 1 or not tensors:
         return model
     with torch.no_grad():
-        flat = torch.cat([_codec.tensor_bytes(t.detach().cpu()) for t in tensors])
-        ctx._broadcast_tensor(flat, 0, ctx._world)
+        flat = torch.cat([tensor_bytes(t.detach().cpu()) for t in tensors])
+        ctx._broadcast_tensor(flat, 0, ctx._state.world)
         if ctx.rank != 0:
             offset = 0
             for t in tensors:
@@ -81,17 +66,15 @@ def wrap_model(ctx: XlaContext, model: nn.Module, sync_bn: bool, kwargs: dict[st
 def _reduce_gradients(ctx: XlaContext, optimizer: torch.optim.Optimizer) -> None:
     if ctx.world_size == 1:
         return
-    if not ctx._ordered:
-        import torch_xla.core.xla_model as xm
-
-        xm.reduce_gradients(optimizer)
+    if not ctx.xla.ordered:
+        _lib.xm.reduce_gradients(optimizer)
         return
     grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
     for g in grads:
         by_dtype.setdefault(g.dtype, []).append(g)
     # Every rank must run the same collectives: agree on what there is to reduce first.
-    _agree(ctx, "the optimizer's gradients (dtype, count)", sorted((str(d), len(v)) for d, v in by_dtype.items()))
+    agree(ctx, "the optimizer's gradients (dtype, count)", sorted((str(d), len(v)) for d, v in by_dtype.items()))
     for dtype in sorted(by_dtype, key=str):
         group = by_dtype[dtype]
         flat = torch.cat([g.detach().reshape(-1) for g in group])
@@ -116,7 +99,7 @@ def wrap_optimizer(ctx: XlaContext, optimizer: OptimizerT, kwargs: dict[str, Any
         _reduce_gradients(ctx, optimizer)
         return step(*args, **kw)
 
-    optimizer.step = reduced_step  # type: ignore[method-assign]
+    optimizer.step = reduced_step  # type: ignore[method-assign]  # the step of this optimizer, on purpose
     setattr(optimizer, WRAPPED, True)
     return optimizer
 
@@ -139,8 +122,8 @@ class XlaDeviceLoader(AutoDataLoader[T]):
 
     xla_device: torch.device
 
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        from torch_xla.distributed.parallel_loader import MpDeviceLoader
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # MpDeviceLoader's iterator, not torch's
+        from torch_xla.distributed.parallel_loader import MpDeviceLoader  # loaded on first iteration only
 
         device_loader: Any = cast(Any, MpDeviceLoader)(_OnePass(self), self.xla_device)
         return iter(device_loader)

@@ -1,18 +1,10 @@
 """Never hang, never lie: checked collectives, stall reports and section timeouts.
 
-A ``Guard`` belongs to one context and watches its collectives through the context's
-rendezvous store (a side channel that gloo's size checks cannot abort):
-
-* **checked mode** (``checked=True`` or ``IDIST_CHECKED=1``): before a collective moves
-  data, every rank publishes a fingerprint (call, op, data type/shape, src, group, call
-  site, sequence number) and reads its peers'. A mismatch raises
-  ``CollectiveMismatchError`` on every rank with a per-rank table; a rank that does not
-  arrive within the timeout is named in a ``CollectiveTimeoutError``.
-* **stall reports**: when the backend itself fails (its timeout, a peer that died), each
-  surviving rank records that it reached this collective and waits briefly for the others;
-  the error names the ranks that did not arrive.
-* **section timeouts**: ``with ctx.timeout(s):`` bounds each collective in the block
-  without touching the process group's global timeout.
+A ``Guard`` watches one context's collectives through its rendezvous store, a side
+channel gloo's own failures cannot abort: checked mode compares every rank's call before
+data moves (``CollectiveMismatchError`` with a per-rank table); stall reports name the
+ranks that did not arrive when the backend fails; ``with ctx.timeout(s):`` bounds each
+collective of a block. See docs/design.md, "Checked mode and failures".
 """
 
 from __future__ import annotations
@@ -26,9 +18,10 @@ from contextlib import contextmanager
 from typing import Protocol
 
 import attrs
+import torch
 from torch._C._distributed_c10d import Store
 
-from ._errors import (
+from ..._errors import (
     CollectiveMismatchError,
     CollectiveTimeoutError,
     IdistError,
@@ -69,10 +62,6 @@ class Guard:
     default_timeout: datetime.timedelta
     checked: bool = False
     sections: list[datetime.timedelta] = attrs.Factory(list)
-
-    @property
-    def section_timeout(self) -> datetime.timedelta | None:
-        return self.sections[-1] if self.sections else None
 
     @property
     def timeout(self) -> datetime.timedelta:
@@ -150,6 +139,13 @@ class Guard:
 
 def fingerprint(call: str, op: str = "", data: str = "", src: str = "", group: Sequence[int] = ()) -> dict[str, str]:
     return {"call": call, "op": op, "data": data, "src": src, "group": ",".join(map(str, group)), "site": call_site()}
+
+
+def describe(x: object, *, shape: bool) -> str:
+    """What a checked collective compares about a value (shape only where it must match)."""
+    if isinstance(x, torch.Tensor):
+        return f"tensor {x.dtype} {tuple(x.shape)}" if shape else f"tensor {x.dtype}"
+    return type(x).__name__ if shape else "value"
 
 
 def _table(ranks: Sequence[int], prints: list[dict[str, str]]) -> str:

@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 from torch import nn
 
-from .._errors import TrainingSetupError
+from ..._errors import TrainingSetupError
+from ...training._agree import agree, unwrapped_state
+from . import _lib
 
 if TYPE_CHECKING:
-    from ._horovod import HorovodContext
+    from ._context import HorovodContext
 
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
@@ -29,34 +31,17 @@ logger = logging.getLogger("idist.training")
 OPTIMIZER_OPS = ("AVERAGE", "SUM", "ADASUM")
 
 
-def _agree(ctx: HorovodContext, what: str, mine: object) -> list[object]:
-    """Gather ``mine`` from every rank; raise on every rank alike when they differ."""
-    seen = ctx.all_gather(mine)
-    if any(s != seen[0] for s in seen):
-        differ = [r for r, s in enumerate(seen) if s != seen[0]]
-        raise TrainingSetupError(
-            f"{what} differs between ranks (rank 0 vs ranks {differ}): build the same model and optimizer "
-            "on every rank before auto_model / auto_optim"
-        )
-    return seen
-
-
 def wrap_model(ctx: HorovodContext, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
     """Rank 0's parameters and buffers on every rank, in place; the model itself returned."""
-    if sync_bn:
-        raise TrainingSetupError(
-            "sync_bn=True on Horovod: idist does not convert layers for Horovod; replace BatchNorm with "
-            "hvd.SyncBatchNorm yourself (GPU only), or drop sync_bn"
-        )
-    if kwargs:
-        logger.info("auto_model on Horovod: no wrapper is used, options %s ignored", sorted(kwargs))
-    state = model.state_dict(keep_vars=True)
-    layout = [(name, str(t.dtype), tuple(t.shape)) for name, t in state.items()]
-    _agree(ctx, "the model's parameters and buffers", layout)
+    hint = (
+        "idist does not convert layers for Horovod; replace BatchNorm with hvd.SyncBatchNorm yourself "
+        "(GPU only), or drop sync_bn"
+    )
+    state = unwrapped_state(ctx, model, "Horovod", sync_bn, hint, kwargs)
     if ctx.world_size > 1:
         logger.info("auto_model: broadcasting %d tensors from rank 0 (Horovod)", len(state))
         with torch.no_grad():
-            ctx._world.broadcast_many([t.data for t in state.values()], 0)
+            ctx._state.world.broadcast_many([t.data for t in state], 0)
     return model
 
 
@@ -68,10 +53,7 @@ def wrap_optimizer(ctx: HorovodContext, optimizer: OptimizerT, kwargs: dict[str,
     resumed on rank 0 only), through ``hvd.broadcast_optimizer_state``. A fresh optimizer
     keeps its empty state, so it steps exactly as it would in one process.
     """
-    import horovod.torch as hvd
-
-    from ._horovod import _op_code
-
+    hvd = _lib.hvd
     kw = dict(kwargs)
     op = kw.get("op")
     if isinstance(op, str):
@@ -79,10 +61,9 @@ def wrap_optimizer(ctx: HorovodContext, optimizer: OptimizerT, kwargs: dict[str,
             raise TrainingSetupError(
                 f"auto_optim op={op!r}: Horovod averages gradients with {', '.join(OPTIMIZER_OPS)}"
             )
-        kw["op"] = _op_code(op)
+        kw["op"] = _lib.op_code(op)
     sizes = tuple(len(g["params"]) for g in optimizer.param_groups)
-    seen = _agree(ctx, "the optimizer's parameter groups", (type(optimizer).__name__, sizes))
-    del seen
+    agree(ctx, "the optimizer's parameter groups", (type(optimizer).__name__, sizes))
     has_state = ctx.all_reduce(bool(optimizer.state), "OR")
     hyper = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
     for group, settings in zip(optimizer.param_groups, ctx.broadcast(hyper if ctx.rank == 0 else None, 0), strict=True):

@@ -1,17 +1,10 @@
 """Tensors a process group's worker threads still hold after a collective completed.
 
-A gloo (or nccl) work object keeps the tensors of its collective until the worker thread
-destroys it, which happens a moment *after* ``work.wait()`` has returned. Dropping the
-last C++ reference to a tensor that has a Python object needs the GIL. If the main thread
-has reached interpreter finalization by then, the worker's GIL request ends the thread
-through a forced unwind and the process dies with "terminate called without an active
-exception" (SIGABRT) although the script had finished: torch's own destroy_process_group
-does not wait for its workers to let go (pytorch/pytorch PR 179291 was abandoned).
-
-So every tensor handed to a backend is held here together with its reference count from
-before the call, and released once the count shows that the backend let go of it: at the
-next collective, when the context closes, and in an ``atexit`` hook (which runs while the
-interpreter is still whole) for contexts that were never closed.
+A gloo work object drops its tensors a moment *after* ``work.wait()`` returned; if that
+lands in interpreter finalization the worker's GIL request aborts the process (SIGABRT).
+Every tensor handed to a backend is held here with its reference count from before the
+call and released once the count shows the backend let go: at the next collective, when
+the context closes, and at exit. See docs/design.md, "Clean exit".
 """
 
 from __future__ import annotations

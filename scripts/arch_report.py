@@ -1,0 +1,188 @@
+"""The architecture's figures, checked: import cycles, module sizes, ignores, local imports.
+
+    python scripts/arch_report.py            # print the figures; exit 1 if a limit is broken
+
+Limits (see docs/design.md): no runtime import cycle among idist's modules; no module over
+300 lines; module docstrings of at most 12 lines; at most 10 ``type: ignore`` in src, each
+with its reason after it; every function-local import says why on its line; no ``Any`` in
+the signature of a backend hook. ``duplicates`` (a tool of the development machine, when it
+is there) is run over the tree and its count printed.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
+MAX_LINES = 300
+MAX_DOC_LINES = 12
+MAX_IGNORES = 10
+HOOKS = {"_make_comm", "_native_group_comm", "_allreduce_tensor", "_broadcast_tensor", "_barrier", "_checkpoint"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _top_level_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Imports that run when the module is imported (not under TYPE_CHECKING, not in functions)."""
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If) and not _is_type_checking(node):
+            todo += node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            todo += node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body]
+
+
+def _resolve(mod: str, is_pkg: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for mod, path in modules.items():
+        tree = ast.parse(path.read_text())
+        for node in _top_level_imports(tree):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                target = _resolve(mod, path.name == "__init__.py", node)
+                # ``from pkg import sub`` imports the submodule; ``from pkg import name``, pkg itself
+                subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in modules]
+                targets = subs if len(subs) == len(node.names) else [target, *subs]
+            graph[mod] |= {t for t in targets if t in modules and t != mod}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    sys.setrecursionlimit(10_000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def local_imports(tree: ast.Module, lines: list[str]) -> Iterator[tuple[int, bool]]:
+    """(line, has a reason comment) of every import inside a function."""
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    yield node.lineno, "#" in lines[node.lineno - 1]
+
+
+def hook_anys(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name in HOOKS:
+            args = [*node.args.args, *node.args.kwonlyargs, node.args.vararg, node.args.kwarg]
+            annotations = [a.annotation for a in args if a is not None and a.annotation is not None]
+            if node.returns is not None:
+                annotations.append(node.returns)
+            if any("Any" in ast.unparse(a) for a in annotations):
+                yield node.lineno, node.name
+
+
+def duplicates() -> str:
+    exe = shutil.which("duplicates")
+    if exe is None:
+        return "duplicates: tool not installed here (skipped)"
+    out = subprocess.run([exe, "--most", "200", "--seconds", "60"], cwd=ROOT, capture_output=True, text=True)
+    rows = [line for line in out.stdout.splitlines() if line.startswith("D")]
+    real = [r for r in rows if "boilerplate" not in r]
+    lines = [f"duplicates: {len(real)} pairs outside boilerplate ({len(rows)} in all)"]
+    return "\n".join(lines + [f"  {r}" for r in real])
+
+
+def main() -> int:
+    modules = {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+    problems: list[str] = []
+    found = cycles(import_graph(modules))
+    print(f"modules: {len(modules)}; runtime import cycles: {len(found)}")
+    problems += [f"import cycle: {' <-> '.join(c)}" for c in found]
+    ignores = fmt_skips = anys = 0
+    sizes: list[tuple[int, str]] = []
+    for _mod, path in modules.items():
+        text = path.read_text()
+        lines = text.splitlines()
+        tree = ast.parse(text)
+        rel = path.relative_to(ROOT)
+        sizes.append((len(lines), str(rel)))
+        if len(lines) > MAX_LINES:
+            problems.append(f"{rel}: {len(lines)} lines (limit {MAX_LINES})")
+        doc = ast.get_docstring(tree, clean=False) or ""
+        if len(doc.splitlines()) > MAX_DOC_LINES:
+            problems.append(f"{rel}: module docstring of {len(doc.splitlines())} lines (limit {MAX_DOC_LINES})")
+        for n, line in enumerate(lines, 1):
+            if "# type: ignore" in line:
+                ignores += 1
+                if "#" not in line.split("# type: ignore", 1)[1]:
+                    problems.append(f"{rel}:{n}: type: ignore without its reason")
+            fmt_skips += "# fmt: skip" in line
+        anys += sum(1 for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id == "Any")
+        problems += [
+            f"{rel}:{n}: function-local import without a reason" for n, ok in local_imports(tree, lines) if not ok
+        ]
+        problems += [f"{rel}:{n}: Any in the signature of hook {name}" for n, name in hook_anys(tree)]
+    print(f"type: ignore in src: {ignores} (limit {MAX_IGNORES}); fmt: skip: {fmt_skips}; Any names: {anys}")
+    if ignores > MAX_IGNORES:
+        problems.append(f"{ignores} type: ignore in src (limit {MAX_IGNORES})")
+    print("largest modules: " + ", ".join(f"{p} {n}" for n, p in sorted(sizes, reverse=True)[:5]))
+    print(duplicates())
+    for p in problems:
+        print(f"FAIL {p}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

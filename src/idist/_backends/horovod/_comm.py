@@ -1,0 +1,118 @@
+"""``HorovodComm``: byte and tensor collectives over one Horovod process set.
+
+Every op carries an explicit name keyed by its process set and a per-set counter: Horovod
+matches ops by name, and its default names count calls per process, which drift apart as
+soon as some ranks run subgroup ops that others do not.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+import torch
+
+from ..._errors import CollectiveInputError
+from . import _lib
+from ._lib import mapped_errors
+
+if TYPE_CHECKING:
+    from horovod.torch import ProcessSet
+
+
+@attrs.define(eq=False)
+class HorovodComm:
+    """Byte and tensor collectives over one Horovod process set."""
+
+    process_set: ProcessSet
+    ranks: tuple[int, ...]
+    group_rank: int
+    slot: int = 64
+    sum_by_gather: bool = False
+    #: device types on which Horovod said it has no Adasum kernel (a gloo-only build): emulated
+    no_native_adasum: set[str] = attrs.Factory(set)
+    _seq: int = attrs.field(default=0, alias="_seq")
+
+    def _name(self, kind: str) -> str:
+        self._seq += 1
+        return f"idist.{kind}.{self.process_set.process_set_id}.{self._seq}"
+
+    def allgather_bytes(self, buf: torch.Tensor) -> torch.Tensor:
+        hvd = _lib.hvd
+        with mapped_errors("all_gather"):
+            out = hvd.synchronize(hvd.allgather_async(buf, name=self._name("ag"), process_set=self.process_set))
+        assert out is not None
+        return out
+
+    def broadcast_bytes(self, buf: torch.Tensor, src: int) -> None:
+        self.broadcast(buf, src)
+
+    def broadcast(self, t: torch.Tensor, src: int) -> None:
+        """In place from group rank ``src``; any dtype (moved as raw bytes)."""
+        self.broadcast_many([t], src)
+
+    def broadcast_many(self, tensors: list[torch.Tensor], src: int) -> None:
+        """Broadcast several tensors in place from group rank ``src``: all in flight, then wait."""
+        hvd = _lib.hvd
+        pending = []
+        for t in tensors:
+            work = t if t.is_contiguous() else t.contiguous()
+            raw = work.reshape(-1).view(torch.uint8)
+            if raw.numel() == 0:
+                continue
+            name = self._name("bc")
+            pending.append(
+                (t, work, hvd.broadcast_async_(raw, self.ranks[src], name=name, process_set=self.process_set))
+            )
+        for t, work, handle in pending:
+            with mapped_errors("broadcast"):
+                hvd.synchronize(handle)
+            if work is not t:
+                t.copy_(work)
+
+    def allreduce(self, t: torch.Tensor, op: str) -> None:
+        """In place with a native Horovod op; ``t`` must have a dtype Horovod reduces (``_fold``)."""
+        hvd = _lib.hvd
+        work = t if t.is_contiguous() else t.contiguous()
+        name = self._name("ar")
+        with mapped_errors("all_reduce"):
+            hvd.synchronize(hvd.allreduce_async_(work, name=name, op=_lib.op_code(op), process_set=self.process_set))
+        if work is not t:
+            t.copy_(work)
+
+    def barrier(self) -> None:
+        with mapped_errors("barrier"):
+            _lib.hvd.barrier(process_set=self.process_set)
+
+
+def register_process_set(ranks: tuple[int, ...]) -> ProcessSet:
+    """The Horovod process set of ``ranks`` (collective: every rank of the world calls it)."""
+    try:
+        return _lib.hvd.add_process_set(list(ranks))
+    except ValueError as exc:
+        text = str(exc)
+        if "duplicate" in text:
+            existing = _existing_process_set(ranks)
+            if existing is not None:
+                return existing
+        raise CollectiveInputError(
+            f"cannot create the Horovod process set {list(ranks)}: {text.strip()}. Initialize Horovod with "
+            "hvd.init(process_sets='dynamic') (idist.initialize('horovod') does), or register the set "
+            "yourself and pass the hvd.ProcessSet as group="
+        ) from exc
+
+
+def _existing_process_set(ranks: tuple[int, ...]) -> ProcessSet | None:
+    """The registered process set with exactly these ranks (one someone else added)."""
+    from horovod.common import process_sets as ps_mod  # private API, loaded only on this rare path
+
+    try:
+        ids: dict[int, list[int]] = ps_mod._basics._get_process_set_ids_and_ranks()
+    except (AttributeError, ValueError):
+        return None
+    for ps_id, members in ids.items():
+        if tuple(members) == ranks:
+            found: ProcessSet = ps_mod._temp_process_set_object(ps_id)
+            found.ranks = list(members)
+            return found
+    return None

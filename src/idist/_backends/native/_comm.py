@@ -1,0 +1,146 @@
+"""``NativeComm``: byte and tensor collectives over one torch ProcessGroup.
+
+It talks to the group object's own methods (``pg.allreduce``...), never to torch's
+module-level default group, so several contexts live in one process (simulated ranks in
+threads) and a call costs no more than the C++ call itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from typing import Protocol
+
+import attrs
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, Work
+
+from ._guard import Guard
+from ._inflight import InFlight
+
+_TORCH_OPS = {
+    "SUM": dist.ReduceOp.SUM,
+    "PRODUCT": dist.ReduceOp.PRODUCT,
+    "MIN": dist.ReduceOp.MIN,
+    "MAX": dist.ReduceOp.MAX,
+    "AND": dist.ReduceOp.BAND,
+    "OR": dist.ReduceOp.BOR,
+    "AVERAGE": dist.ReduceOp.AVG,
+}
+
+
+class PGLike(Protocol):
+    """The methods idist calls on a torch ProcessGroup or a backend (ProcessGroupGloo...)."""
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: AllreduceOptions, /) -> Work: ...
+    def allgather(
+        self,
+        output_tensors: list[list[torch.Tensor]],
+        input_tensors: list[torch.Tensor],
+        opts: AllgatherOptions = ...,
+        /,
+    ) -> Work: ...
+    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: AllgatherOptions = ..., /) -> Work: ...
+    def broadcast(self, tensors: list[torch.Tensor], opts: BroadcastOptions, /) -> Work: ...
+    def barrier(self, opts: BarrierOptions = ..., /) -> Work: ...
+
+
+def _options(op: str, timeout: datetime.timedelta | None = None) -> AllreduceOptions:
+    opts = AllreduceOptions()
+    opts.reduceOp = _TORCH_OPS[op]  # type: ignore[assignment]  # torch's stub types it as its enum class
+    if timeout is not None:
+        opts.timeout = timeout
+    return opts
+
+
+_OPTIONS = {op: _options(op) for op in _TORCH_OPS}
+
+
+@attrs.define(eq=False)
+class NativeComm:
+    """Byte and tensor collectives over one torch ProcessGroup."""
+
+    pg: PGLike
+    ranks: tuple[int, ...]
+    group_rank: int
+    #: failure reports, checked mode and section timeouts (its store is None when adopted without one)
+    guard: Guard
+    #: where tensors must live for this backend (cuda for nccl), None for anywhere
+    stage: torch.device | None = None
+    slot: int = 64
+    sum_by_gather: bool = False
+    #: this group's namespace in the store, and its collective counters (see _guard)
+    key: str = "world"
+    seq: int = 0
+    check_seq: int = 0
+    #: gather straight into one flat buffer (``_allgather_base``: one copy less); not on mpi
+    flat: bool = True
+    #: tensors the group's worker threads may still hold (see _inflight)
+    inflight: InFlight = attrs.Factory(InFlight)
+
+    def _wait(self, work: Callable[[], Work], what: str, *tensors: torch.Tensor) -> None:
+        self.seq += 1
+        counts = self.inflight.before(tensors)
+        failed = True
+        try:
+            work().wait()
+            failed = False
+        except RuntimeError as exc:
+            raise self.guard.failure(self, exc, what) from exc
+        finally:
+            self.inflight.after(tensors, counts, failed)
+
+    def _timeout(self) -> datetime.timedelta | None:
+        sections = self.guard.sections
+        return sections[-1] if sections else None
+
+    def allgather_bytes(self, buf: torch.Tensor) -> torch.Tensor:
+        n = len(self.ranks)
+        if self.stage is not None:
+            buf = buf.to(self.stage)
+        out = torch.empty(n * buf.numel(), dtype=torch.uint8, device=buf.device)
+        opts = AllgatherOptions()
+        timeout = self._timeout()
+        if timeout is not None:
+            opts.timeout = timeout
+        if self.flat:
+            self._wait(lambda: self.pg._allgather_base(out, buf, opts), "all_gather", out, buf)
+        else:
+            chunks = out.chunk(n)
+            self._wait(lambda: self.pg.allgather([list(chunks)], [buf], opts), "all_gather", buf, *chunks)
+        return out.cpu()
+
+    def broadcast_bytes(self, buf: torch.Tensor, src: int) -> None:
+        self.broadcast(buf, src)
+
+    def broadcast(self, t: torch.Tensor, src: int) -> None:
+        opts = BroadcastOptions()
+        opts.rootRank = src
+        timeout = self._timeout()
+        if timeout is not None:
+            opts.timeout = timeout
+        self._staged(t, lambda x: self._wait(lambda: self.pg.broadcast([x], opts), "broadcast", x))
+
+    def allreduce(self, t: torch.Tensor, op: str) -> None:
+        timeout = self._timeout()
+        opts = _OPTIONS[op] if timeout is None else _options(op, timeout)
+        self._staged(t, lambda x: self._wait(lambda: self.pg.allreduce([x], opts), "all_reduce", x))
+
+    def barrier(self) -> None:
+        opts = BarrierOptions()
+        timeout = self._timeout()
+        if timeout is not None:
+            opts.timeout = timeout
+        self._wait(lambda: self.pg.barrier(opts), "barrier")
+
+    def _staged(self, t: torch.Tensor, run: Callable[[torch.Tensor], None]) -> None:
+        # The input is the result even when the backend needs another device or layout.
+        stage = self.stage
+        if (stage is None or t.device == stage) and t.is_contiguous():
+            run(t)
+            return
+        work = t.to(stage) if stage is not None else t
+        work = work.contiguous()
+        run(work)
+        t.copy_(work)

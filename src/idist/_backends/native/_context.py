@@ -1,0 +1,160 @@
+"""``NativeContext``: a torch.distributed process group (gloo, nccl, mpi) and its topology."""
+
+from __future__ import annotations
+
+import datetime
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar, Self, final
+
+import attrs
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store
+
+from ..._context import DistContext
+from ..._errors import CollectiveInputError, UnsupportedValueError
+from . import _create, _ddp
+from ._comm import NativeComm, PGLike
+from ._guard import describe, fingerprint
+
+#: dtypes gloo has no kernels for (torch 2.13): broadcast moves their bytes, all_reduce refuses them
+_GLOO_MISSING = frozenset({torch.int16, torch.uint16, torch.uint32, torch.uint64})
+
+
+@final
+@attrs.frozen(eq=False, kw_only=True)
+class NativeContext(DistContext[NativeComm]):
+    """A torch.distributed process group (gloo, nccl or mpi) and its topology."""
+
+    MODEL_NAME = "native-dist"
+    EXACT_SUM_PAIRS = True
+    ADOPTS_FROM: ClassVar[str | None] = "torch.distributed"
+    process_group: PGLike = attrs.field(repr=False)
+    #: the process group's own timeout (``ctx.timeout(s)`` bounds a section without changing it)
+    pg_timeout: datetime.timedelta = attrs.field(repr=False, default=_create.DEFAULT_TIMEOUT)
+    _store: Store | None = attrs.field(repr=False, default=None, alias="_store")
+    #: True when this context created the default group and must destroy it on close
+    _owns_default: bool = attrs.field(repr=False, default=False, alias="_owns_default")
+
+    # ------------------------------------------------------------- factories
+    @classmethod
+    def create(cls, name: str, /, **options: Any) -> Self:
+        return _create.create(cls, name, **options)
+
+    @classmethod
+    def is_available(cls, name: str) -> bool:
+        return _create.is_available(name)
+
+    @classmethod
+    def adopt(cls) -> Self | None:
+        return _create.adopt(cls)
+
+    def still_adopted(self) -> bool:
+        """Whether the torch group this context adopted is still torch's default group."""
+        return dist.is_initialized() and dist.group.WORLD is self.process_group
+
+    @classmethod
+    def in_process(
+        cls, store: Store, rank: int, world_size: int, *,
+        timeout: float | datetime.timedelta | None = None, checked: bool | None = None,
+    ) -> NativeContext:  # fmt: skip
+        """A gloo context over ``store`` that does not touch torch's default group.
+
+        Several of these live in one process, one per thread, for simulated ranks.
+        """
+        return _create.create_in_process(cls, store, rank, world_size, timeout, checked)
+
+    # ------------------------------------------------------------------ groups
+    def _make_comm(self, ranks: tuple[int, ...]) -> NativeComm | None:
+        if self.rank not in ranks:
+            return None
+        if self._store is None or self.backend not in ("gloo", "nccl"):
+            raise CollectiveInputError(
+                f"subgroups on a {self.backend} context without a store are not supported; "
+                "create the group with torch.distributed.new_group and pass it as group="
+            )
+        store = PrefixStore(f"idist/group/{'-'.join(map(str, ranks))}", self._store)
+        grank = ranks.index(self.rank)
+        pg: Any
+        if self.backend == "gloo":
+            pg = ProcessGroupGloo(store, grank, len(ranks), self.pg_timeout)
+        else:
+            pg = dist.ProcessGroupNCCL(store, grank, len(ranks), dist.ProcessGroupNCCL.Options())
+        world = self._state.world
+        key = "g" + "-".join(map(str, ranks))
+        return NativeComm(pg, ranks, grank, world.guard, stage=world.stage, key=key)
+
+    def _native_group_comm(self, group: object) -> NativeComm | None:
+        if not isinstance(group, dist.ProcessGroup):
+            return super()._native_group_comm(group)
+        key = (-1, id(group))
+        comms = self._state.comms
+        if key not in comms:
+            ranks = tuple(dist.get_process_group_ranks(group))
+            world = self._state.world
+            comms[key] = (
+                NativeComm(group, ranks, ranks.index(self.rank), world.guard, stage=world.stage,
+                           key=f"n{id(group)}", flat=world.flat)
+                if self.rank in ranks else None
+            )  # fmt: skip
+        return comms[key]
+
+    # ------------------------------------------------------- tensor primitives
+    def _allreduce_tensor(self, t: torch.Tensor, op: str, comm: NativeComm) -> None:
+        if self.backend == "gloo" and t.dtype in _GLOO_MISSING:
+            # gloo fails these mid-call ("Invalid scalar type") and the group is lost: refuse first
+            raise UnsupportedValueError(
+                f"gloo cannot reduce {t.dtype} tensors; reduce a torch.int32/torch.int64 copy "
+                "(t.copy_(ctx.all_reduce(t.to(torch.int64), op))) instead"
+            )
+        if op == "AVERAGE" and self.backend != "nccl":
+            comm.allreduce(t, "SUM")
+            t.div_(len(comm.ranks))
+            return
+        comm.allreduce(t, op)
+
+    def _broadcast_tensor(self, t: torch.Tensor, src: int, comm: NativeComm) -> None:
+        if self.backend == "gloo" and t.dtype in _GLOO_MISSING:
+            # a broadcast moves bits: send them as bytes, a dtype gloo has
+            work = t.contiguous()
+            comm.broadcast(work.reshape(-1).view(torch.uint8), src)
+            if work is not t:
+                t.copy_(work)
+            return
+        comm.broadcast(t, src)
+
+    def _barrier(self, comm: NativeComm) -> None:
+        if self.backend == "nccl":
+            comm.allreduce(torch.zeros(1, device=self.device), "SUM")
+        else:
+            comm.barrier()
+
+    # ------------------------------------------------- checked mode, timeouts
+    @property
+    def checked(self) -> bool:
+        return self._state.world.guard.checked
+
+    def _checkpoint(self, comm: NativeComm, call: str, op: str = "", src: str = "", value: object = None) -> None:
+        guard = comm.guard
+        if guard.checked:
+            # described only here: formatting a tensor's dtype/shape costs µs on every call
+            data = describe(value, shape=call == "all_reduce") if call in ("all_reduce", "all_gather") else ""
+            guard.check(comm, fingerprint(call, op, data, src, comm.ranks))
+
+    def timeout(self, seconds: float) -> AbstractContextManager[None]:
+        return self._state.world.guard.section(seconds)
+
+    # ------------------------------------------------------------ lifecycle
+    def _wrap_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
+        return _ddp.wrap_ddp(self, model, sync_bn, kwargs)
+
+    def _close(self) -> None:
+        # let the worker threads drop finished work while the interpreter is whole (_inflight)
+        state = self._state
+        for comm in (state.world, *state.comms.values()):
+            if comm is not None:
+                comm.inflight.drain()
+        state.comms.clear()
+        if self._owns_default and dist.is_initialized() and dist.group.WORLD is self.process_group:
+            dist.destroy_process_group()

@@ -1,0 +1,221 @@
+"""Making a ``NativeContext``: from arguments or the launcher's environment, by adopting
+a group the user initialized, or in-process for simulated ranks."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import TYPE_CHECKING, TypeVar, cast
+
+import attrs
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store, TCPStore
+
+from ..._core import ContextState
+from ..._errors import AlreadyInitializedError, BackendUnavailableError, LaunchEnvironmentError
+from ..._launch_env import LaunchInfo, detect
+from ..._topology import Topology
+from ._comm import NativeComm, PGLike
+from ._guard import Guard, checked_from_env
+
+if TYPE_CHECKING:
+    from ._context import NativeContext
+
+C = TypeVar("C", bound="NativeContext")
+
+DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
+LOOPBACK = "127.0.0.1"
+
+#: ids of the default groups that an idist context created: those are never "adopted"
+#: by another thread's current(), which must not see a context scoped elsewhere.
+CREATED: set[int] = set()
+
+
+def is_available(name: str) -> bool:
+    if not dist.is_available():
+        return False
+    if name == "gloo":
+        return dist.is_gloo_available()
+    if name == "nccl":
+        return dist.is_nccl_available() and torch.cuda.is_available()
+    return dist.is_mpi_available()
+
+
+def _check_available(name: str) -> None:
+    if is_available(name):
+        return
+    if name == "nccl" and not torch.cuda.is_available():
+        raise BackendUnavailableError("backend 'nccl' needs CUDA, and no CUDA device is visible; use 'gloo' on CPU")
+    raise BackendUnavailableError(
+        f"backend {name!r} is not built into this torch ({torch.__version__}); "
+        "use 'gloo', or install a torch build with it"
+    )
+
+
+def _timeout(value: float | datetime.timedelta | None) -> datetime.timedelta:
+    if value is None:
+        return DEFAULT_TIMEOUT
+    if isinstance(value, datetime.timedelta):
+        return value
+    return datetime.timedelta(seconds=float(value))
+
+
+def _device(name: str, local_rank: int) -> torch.device:
+    if name == "nccl":
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def _build(
+    cls: type[C], name: str, pg: PGLike, store: Store | None, info: LaunchInfo,
+    timeout: datetime.timedelta, owns_default: bool, checked: bool | None = None,
+) -> C:  # fmt: skip
+    device = _device(name, info.topology.local_rank)
+    guard = Guard(
+        PrefixStore("idist/guard", store) if store is not None else None,
+        timeout,
+        checked=checked_from_env() if checked is None else checked,
+    )
+    world = NativeComm(
+        pg, tuple(range(info.topology.world_size)), info.topology.rank, guard,
+        stage=device if name == "nccl" else None, flat=name != "mpi",
+    )  # fmt: skip
+    state = ContextState(world)
+    ctx = cls(
+        backend=name, topology=info.topology, device=device, config={**info.decided_by, "launcher": info.launcher},
+        process_group=pg, pg_timeout=timeout, _store=store, _owns_default=owns_default, _state=state,
+    )  # fmt: skip
+    if device.type == "cuda":
+        previous = torch.cuda.current_device()
+        torch.cuda.set_device(device)
+        state.on_close.append(lambda: torch.cuda.set_device(previous))
+    return ctx
+
+
+def _explicit_info(
+    rank: int | None, world_size: int | None, master_addr: str | None, master_port: int | None
+) -> LaunchInfo:
+    if rank is None or world_size is None:
+        raise LaunchEnvironmentError(f"pass both rank= and world_size= (got rank={rank}, world_size={world_size})")
+    if not 0 <= rank < world_size:
+        raise LaunchEnvironmentError(f"rank={rank} is outside 0..{world_size - 1}")
+    decided = {"rank": "argument", "world_size": "argument", "master": f"{master_addr}:{master_port}"}
+    return LaunchInfo(
+        launcher="arguments", topology=Topology.flat(rank, world_size), master_addr=master_addr,
+        master_port=master_port, decided_by=decided,
+    )  # fmt: skip
+
+
+def create(
+    cls: type[C],
+    name: str,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    init_method: str | None = None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    store: Store | None = None,
+    timeout: float | datetime.timedelta | None = None,
+    checked: bool | None = None,
+    **unknown: object,
+) -> C:
+    """Initialize the default torch.distributed group for ``name`` and wrap it.
+
+    Topology comes from the arguments, else from the launcher's environment, else it is
+    a world of one on loopback with a free port. Raises ``BackendUnavailableError``,
+    ``LaunchEnvironmentError`` (partial arguments or environment) or
+    ``AlreadyInitializedError`` (torch.distributed already initialized: use
+    ``idist.current()`` to adopt it instead).
+    """
+    if unknown:
+        raise TypeError(f"unknown options for backend {name!r}: {', '.join(sorted(unknown))}")
+    _check_available(name)
+    if dist.is_initialized():
+        raise AlreadyInitializedError(
+            f"torch.distributed is already initialized ({dist.get_backend()}); idist.current() "
+            "adopts it, or call torch.distributed.destroy_process_group() first"
+        )
+    td = _timeout(timeout)
+    explicit = rank is not None or world_size is not None or store is not None
+    info = _explicit_info(rank, world_size, master_addr, master_port) if explicit else detect(os.environ)
+    if info is None:
+        if init_method is not None:
+            raise LaunchEnvironmentError(f"init_method={init_method!r} needs rank= and world_size=")
+        info = _explicit_info(0, 1, LOOPBACK, None)
+        info = attrs.evolve(info, launcher="none", decided_by={"world": "no launcher found: one process"})
+    world = info.topology.world_size
+    if store is None and init_method is None:
+        addr = master_addr or info.master_addr or LOOPBACK
+        port = master_port if master_port is not None else info.master_port
+        if port is None:
+            if world > 1:
+                raise LaunchEnvironmentError(
+                    f"{info.launcher}: no rendezvous port for {world} ranks; "
+                    "set MASTER_ADDR and MASTER_PORT (or pass master_addr=/master_port=)"
+                )
+            port = 0  # a free port: one process needs no peers to find it
+        # Under torchrun the agent already serves the store on MASTER_PORT: every rank is a client.
+        agent_store = info.launcher == "torchrun" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        store = TCPStore(addr, port, world, info.topology.rank == 0 and not agent_store, timeout=td)
+    dist.init_process_group(
+        name, init_method=init_method, store=store, rank=info.topology.rank, world_size=world, timeout=td
+    )
+    try:
+        if store is None:
+            store = dist.distributed_c10d._get_default_store()
+        pg = dist.group.WORLD
+        assert pg is not None
+        ctx = _build(cls, name, pg, store, info, td, owns_default=True, checked=checked)
+        CREATED.add(id(pg))
+        ctx._state.on_close.append(lambda: CREATED.discard(id(pg)))
+        return ctx
+    except BaseException:
+        dist.destroy_process_group()
+        raise
+
+
+def adopt(cls: type[C]) -> C | None:
+    """Wrap a process group the user initialized with torch directly (never destroyed by us)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    pg = dist.group.WORLD
+    if pg is None or id(pg) in CREATED:
+        return None
+    name = str(dist.get_backend(pg))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        env = detect(os.environ)
+    except LaunchEnvironmentError:
+        env = None
+    if env is None or (env.topology.rank, env.topology.world_size) != (rank, world):
+        env = _explicit_info(rank, world, None, None)
+    env = attrs.evolve(env, launcher=f"adopted torch.distributed ({env.launcher})")
+    try:
+        store: Store | None = dist.distributed_c10d._get_default_store()
+    except (RuntimeError, ValueError):
+        store = None
+    backend = name if name in ("gloo", "nccl", "mpi") else "gloo"
+    return _build(cls, backend, pg, store, env, DEFAULT_TIMEOUT, owns_default=False)
+
+
+def create_in_process(
+    cls: type[C],
+    store: Store,
+    rank: int,
+    world_size: int,
+    timeout: float | datetime.timedelta | None,
+    checked: bool | None,
+) -> C:
+    """A gloo context over ``store`` that does not touch torch's default group (see NativeContext)."""
+    if not 0 <= rank < world_size:
+        raise LaunchEnvironmentError(f"rank={rank} is outside 0..{world_size - 1}")
+    td = _timeout(timeout)
+    opts = ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private in torch's stubs
+    opts._timeout = td
+    opts._devices = [ProcessGroupGloo.create_device(hostname=LOOPBACK)]  # in-process: loopback only
+    pg = cast(PGLike, ProcessGroupGloo(PrefixStore("idist/world", store), rank, world_size, opts))
+    info = _explicit_info(rank, world_size, None, None)
+    info = attrs.evolve(info, launcher="simulated", decided_by={"world": "in-process store"})
+    return _build(cls, "gloo", pg, store, info, td, owns_default=False, checked=checked)

@@ -1,0 +1,193 @@
+"""``ContextCore``: what every context is made of, and what a backend implements.
+
+A context's fields are fixed at creation; all that changes (lifecycle, comms and their
+caches) lives in its one ``ContextState``. A backend subclasses ``DistContext`` and
+implements the factory classmethods and the abstract hooks declared here; mypy rejects
+one that forgets a hook. Design notes: docs/design.md.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
+
+import attrs
+import torch
+from typing_extensions import TypeVar as DefaultTypeVar
+
+from ._errors import CollectiveInputError, ContextClosedError
+from ._exchange import Comm
+from ._group import Group, check_ranks
+from ._topology import Topology
+from ._types import COMMON_OPS, GroupArg, ModelName
+from .training import _model, _optim
+
+if TYPE_CHECKING:
+    from torch import nn
+    from torch.optim import Optimizer
+
+    from .training import AutoDataLoader
+
+T = TypeVar("T")
+OptimizerT = TypeVar("OptimizerT", bound="Optimizer")
+#: a backend's comm type; a bare ``DistContext`` annotation means any backend's
+CommT = DefaultTypeVar("CommT", bound=Comm, default=Any)
+
+
+@attrs.define(eq=False)
+class ContextState(Generic[CommT]):
+    """The only mutable part of a context: lifecycle and comms (with their caches)."""
+
+    world: CommT
+    comms: dict[tuple[int, ...], CommT | None] = attrs.Factory(dict)
+    on_close: list[Callable[[], None]] = attrs.Factory(list)
+    closed: bool = False
+    #: set by the context that owns this state; a second one (``attrs.evolve``) is refused
+    owned: bool = False
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class ContextCore(ABC, Generic[CommT]):
+    """Fields, lifecycle and backend hooks of a context (``DistContext`` adds the API)."""
+
+    backend: str
+    topology: Topology
+    device: torch.device
+    #: What decided each field: variable names and values, or ``"argument"``.
+    config: Mapping[str, str] = attrs.field(factory=dict, repr=False)
+    _state: ContextState[CommT] = attrs.field(repr=False, alias="_state")
+
+    MODEL_NAME: ClassVar[ModelName] = "serial"
+    VALID_OPS: ClassVar[tuple[str, ...]] = COMMON_OPS
+    #: the backend's float64 SUM all_reduce is exact on integers below 2**53 and is ``a + b``
+    #: for two ranks, so SUM/AVERAGE of Python numbers may use ``_number_sum``'s pair
+    EXACT_SUM_PAIRS: ClassVar[bool] = False
+    #: a runtime of this backend can only be running (and be adopted) once this is imported
+    ADOPTS_FROM: ClassVar[str | None] = None
+
+    def __attrs_post_init__(self) -> None:
+        if self._state.owned:
+            raise TypeError(
+                f"a {type(self).__name__} cannot be copied (attrs.evolve): the copy would share its process "
+                "group and lifecycle; create another one with idist.initialize(...) or idist.context(...)"
+            )
+        self._state.owned = True
+
+    def __copy__(self) -> Self:
+        raise TypeError(f"a {type(self).__name__} cannot be copied; pass the context itself around")
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Self:
+        return self.__copy__()
+
+    # ------------------------------------------------------ factory classmethods
+    @classmethod
+    @abstractmethod
+    def create(cls, name: str, /, **options: Any) -> Self:
+        """A new context for backend ``name`` (``initialize``'s options)."""
+
+    @classmethod
+    @abstractmethod
+    def is_available(cls, name: str) -> bool:
+        """Whether backend ``name`` can be selected here (never imports an optional package)."""
+
+    @classmethod
+    def adopt(cls) -> Self | None:
+        """A context for a runtime of this backend the user started, or None."""
+        return None
+
+    def still_adopted(self) -> bool:
+        """Whether the runtime this adopted context wraps is still the one running."""
+        return False
+
+    # ----------------------------------------------------------- backend hooks
+    @abstractmethod
+    def _make_comm(self, ranks: tuple[int, ...]) -> CommT | None:
+        """The comm of a subgroup (every rank calls it); None where this rank is not in it."""
+
+    def _native_group_comm(self, group: object) -> CommT | None:
+        """The comm for a backend's own group object; None when this rank is not in it."""
+        raise CollectiveInputError(f"group must be a list of global ranks or a group from new_group(), got {group!r}")
+
+    @abstractmethod
+    def _allreduce_tensor(self, t: torch.Tensor, op: str, comm: CommT) -> None:
+        """Reduce ``t`` in place over ``comm`` (``op`` already valid for ``t``'s dtype)."""
+
+    @abstractmethod
+    def _broadcast_tensor(self, t: torch.Tensor, src: int, comm: CommT) -> None:
+        """Broadcast ``t`` in place from group rank ``src`` (same shape and dtype everywhere)."""
+
+    @abstractmethod
+    def _barrier(self, comm: CommT) -> None: ...
+
+    def _receive_device(self, dtype: torch.dtype) -> torch.device:
+        """Where ``broadcast`` puts a new tensor for a receiver that passed none that fits."""
+        return self.device
+
+    def _sync_device(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _checkpoint(self, comm: CommT, call: str, op: str = "", src: str = "", value: object = None) -> None:
+        """Before a collective moves data (checked mode compares the ranks' calls here)."""
+
+    def _close(self) -> None:
+        """Release backend resources (called once)."""
+
+    # ---------------------------------------------------------------- lifecycle
+    @property
+    def closed(self) -> bool:
+        return self._state.closed
+
+    def close(self) -> None:
+        """Finalize this context: release its process group, undo what creation changed.
+
+        Safe to call twice. Any later collective raises ``ContextClosedError``.
+        """
+        state = self._state
+        if state.closed:
+            return
+        state.closed = True
+        try:
+            self._close()
+        finally:
+            while state.on_close:
+                state.on_close.pop()()
+
+    def _check_open(self) -> None:
+        if self._state.closed:
+            raise ContextClosedError(
+                f"this {type(self).__name__} was finalized; create a new one with "
+                "idist.initialize(...) or idist.context(...)"
+            )
+
+    # ------------------------------------------------------------------ groups
+    def _comm_for(self, key: tuple[int, ...]) -> CommT | None:
+        comms = self._state.comms
+        if key not in comms:
+            comms[key] = self._state.world if len(key) == self.topology.world_size else self._make_comm(key)
+        return comms[key]
+
+    def _comm(self, group: GroupArg) -> CommT | None:
+        """The comm for ``group``, or None when this rank is not in it."""
+        self._check_open()
+        if group is None:
+            return self._state.world
+        if isinstance(group, Group):
+            return self._comm_for(group.ranks)
+        if isinstance(group, (list, tuple, range)):
+            return self._comm_for(check_ranks(group, self.topology.world_size))
+        return self._native_group_comm(group)
+
+    # Training hooks: what a backend overrides; the shared logic calls them.
+    def _wrap_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
+        return _model.wrap_single_process(self, model, sync_bn, kwargs)
+
+    def _wrap_optimizer(self, optimizer: OptimizerT, kwargs: dict[str, Any]) -> OptimizerT:
+        return _optim.keep_optimizer(self, optimizer, kwargs)
+
+    def _loader_pin_memory(self, requested: bool | None) -> bool:
+        return self.device.type == "cuda" if requested is None else bool(requested)
+
+    def _adapt_loader(self, loader: AutoDataLoader[T]) -> AutoDataLoader[T]:
+        return loader

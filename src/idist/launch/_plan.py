@@ -1,0 +1,96 @@
+"""What a launch starts (``LaunchPlan``), and the checks of ``spawn``'s arguments."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from typing import Any, Literal, TypeAlias
+
+import attrs
+
+from .._errors import LaunchConfigError
+from .._topology import Topology
+
+StartMethod: TypeAlias = Literal["spawn", "fork", "forkserver"]
+
+NATIVE_SPAWNABLE = ("gloo", "nccl")
+
+
+@attrs.frozen(kw_only=True)
+class LaunchPlan:
+    """What one launch starts: ``nproc_per_node`` ranks on node ``node_rank`` of ``nnodes``,
+    meeting at ``master_addr:master_port``; ``topology(local_rank)`` is where each rank sits."""
+
+    nproc_per_node: int
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    def rank(self, local_rank: int) -> int:
+        return self.node_rank * self.nproc_per_node + local_rank
+
+    def topology(self, local_rank: int) -> Topology:
+        return Topology(
+            rank=self.rank(local_rank), world_size=self.world_size, local_rank=local_rank,
+            nproc_per_node=self.nproc_per_node, node_rank=self.node_rank, nnodes=self.nnodes,
+        )  # fmt: skip
+
+    def check(self) -> None:
+        for name in ("nproc_per_node", "nnodes", "node_rank"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise LaunchConfigError(f"{name} must be an int, got {value!r}")
+        if self.nproc_per_node < 1:
+            raise LaunchConfigError(f"nprocs/nproc_per_node must be at least 1, got {self.nproc_per_node}")
+        if self.nnodes < 1:
+            raise LaunchConfigError(f"nnodes must be at least 1, got {self.nnodes}")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise LaunchConfigError(
+                f"node_rank={self.node_rank} is outside 0..{self.nnodes - 1} (nnodes={self.nnodes})"
+            )
+        port = self.master_port
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
+            raise LaunchConfigError(f"master_port must be an int in 1..65535, got {port!r}")
+        if self.nnodes > 1 and port is None:
+            raise LaunchConfigError(
+                f"nnodes={self.nnodes}: pass the same master_addr= and master_port= to the launch on every "
+                "node (node_rank=0 hosts the rendezvous there); a port cannot be picked for you across machines"
+            )
+
+
+def checked_args(fn: object, args: object) -> tuple[Any, ...]:
+    """``args`` as a tuple, or ``LaunchConfigError`` when ``fn`` or ``args`` cannot work."""
+    if not callable(fn):
+        raise LaunchConfigError(f"fn must be callable, got {fn!r}")
+    if isinstance(args, list):
+        return tuple(args)
+    if not isinstance(args, tuple):
+        raise LaunchConfigError(f"args must be a tuple of positional arguments for fn, got {args!r}")
+    return args
+
+
+def check_start_method(start_method: str) -> None:
+    """``LaunchConfigError`` when this platform's multiprocessing lacks ``start_method``."""
+    if start_method not in mp.get_all_start_methods():
+        raise LaunchConfigError(
+            f"start_method={start_method!r} is not available here; use one of {', '.join(mp.get_all_start_methods())}"
+        )
+
+
+#: backends whose own launcher starts the ranks (``_driven``): horovod.run, torch_xla.launch
+DRIVEN_SPAWNABLE = ("horovod", "xla-tpu")
+
+
+def normalize_backend(backend: str) -> str:
+    """The backend ignite's form may spawn, or ``LaunchConfigError`` saying what to do."""
+    if backend in NATIVE_SPAWNABLE or backend in DRIVEN_SPAWNABLE:
+        return backend
+    if backend == "mpi":
+        raise LaunchConfigError("the mpi backend is started by mpirun, not spawned: `mpirun -n N python script.py`")
+    raise LaunchConfigError(
+        f"spawn cannot start backend {backend!r}; use one of {', '.join(NATIVE_SPAWNABLE + DRIVEN_SPAWNABLE)}"
+    )
