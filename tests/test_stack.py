@@ -146,7 +146,7 @@ def test_show_config_logs_what_decided(caplog: pytest.LogCaptureFixture) -> None
     caplog.set_level("INFO", logger="idist")
     with idist.context("gloo"):
         idist.show_config()
-    assert "backend=gloo" in caplog.text and "no launcher found" in caplog.text
+    assert "backend: gloo" in caplog.text and "no launcher found" in caplog.text
 
 
 def test_public_classes_are_final() -> None:

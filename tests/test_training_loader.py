@@ -28,7 +28,7 @@ from torch.utils.data import (
 
 import idist
 from idist import NativeContext, TrainingSetupError
-from idist.training import AutoDataLoader, ProxySampler, ShardSampler
+from idist.training import AutoDataLoader, DistributedProxySampler, ShardSampler
 
 
 def on_ranks(world: int, fn: Callable[[idist.DistContext], Any], timeout: float = 60.0) -> list[Any]:
@@ -206,7 +206,7 @@ def test_proxy_sampler_gives_ranks_disjoint_shares_of_one_sequence() -> None:
     def run(ctx: idist.DistContext) -> tuple[list[int], list[int]]:
         sampler = WeightedRandomSampler(weights, 30, replacement=False)
         loader = ctx.auto_dataloader(dataset(30), per_rank_batch_size=5, sampler=sampler)
-        assert isinstance(loader.sampler, ProxySampler)
+        assert isinstance(loader.sampler, DistributedProxySampler)
         return flat(epoch_of(loader)), flat(epoch_of(loader))
 
     ranks = on_ranks(3, run)
@@ -222,9 +222,9 @@ def test_proxy_sampler_checks_its_input() -> None:
             return iter(range(3))
 
     with pytest.raises(TrainingSetupError, match=r"must be a torch\.utils\.data\.Sampler"):
-        ProxySampler(iter([1, 2]), num_replicas=1, rank=0)  # type: ignore[arg-type]
+        DistributedProxySampler(iter([1, 2]), num_replicas=1, rank=0)  # type: ignore[arg-type]
     with pytest.raises(TrainingSetupError, match="no __len__"):
-        ProxySampler(Unsized(), num_replicas=1, rank=0)
+        DistributedProxySampler(Unsized(), num_replicas=1, rank=0)
 
     class Endless(torch.utils.data.Sampler[int]):
         def __iter__(self) -> Iterator[int]:
@@ -234,7 +234,7 @@ def test_proxy_sampler_checks_its_input() -> None:
             return 5
 
     with pytest.raises(TrainingSetupError, match="yielded 3 indices but its len"):
-        list(ProxySampler(Endless(), num_replicas=1, rank=0))
+        list(DistributedProxySampler(Endless(), num_replicas=1, rank=0))
 
 
 # ----------------------------------------------------------- batch sizes
@@ -275,10 +275,11 @@ def test_bad_options_raise_a_typed_error(kwargs: dict[str, Any], match: str) -> 
 
 
 def test_num_workers_is_a_per_node_total() -> None:
-    def run(ctx: idist.DistContext) -> int:
-        return ctx.auto_dataloader(dataset(8), batch_size=2, num_workers=3).num_workers
+    def workers(n: int) -> Callable[[idist.DistContext], int]:
+        return lambda ctx: ctx.auto_dataloader(dataset(8), batch_size=2, num_workers=n).num_workers
 
-    assert on_ranks(2, run) == [2, 2]  # ceil(3 / 2 processes on this node)
+    assert on_ranks(2, workers(3)) == [2, 2]  # ceil(3 / 2 processes on this node)
+    assert on_ranks(2, workers(1)) == [1, 1]  # fewer than the processes: kept per process, as in ignite
 
 
 def test_pin_memory_follows_the_device_unless_given() -> None:
@@ -303,7 +304,7 @@ def test_a_dataloader_is_read_back_and_kwargs_override() -> None:
     seeded = DataLoader(dataset(10), batch_size=10, sampler=RandomSampler(dataset(10), generator=torch.Generator()))
     assert isinstance(idist.auto_dataloader(seeded).sampler, ShardSampler)
     weighted = DataLoader(dataset(10), sampler=WeightedRandomSampler(torch.ones(10), 10))
-    assert isinstance(idist.auto_dataloader(weighted).sampler, ProxySampler)
+    assert isinstance(idist.auto_dataloader(weighted).sampler, DistributedProxySampler)
 
 
 # ------------------------------------------------------- iterable datasets

@@ -12,10 +12,12 @@ from contextlib import AbstractContextManager
 from typing import Any, TypeVar, final, overload
 
 import torch
+from torch.utils.data import DataLoader, Dataset
 
 from . import _backends, _rank_only, _stack
 from ._backends.horovod import HorovodContext
 from ._backends.native import NativeContext
+from ._backends.native._create import set_local_rank_hint
 from ._backends.serial import SerialContext
 from ._backends.xla import XlaContext
 from ._context import DistContext
@@ -36,6 +38,7 @@ from ._errors import (
     TrainingSetupError,
     UnknownBackendError,
     UnsupportedOpError,
+    UnsupportedSamplerError,
     UnsupportedValueError,
 )
 from ._group import Group
@@ -53,7 +56,7 @@ from ._types import (
     XlaBackend,
 )
 from .launch import Parallel, SpawnHandle, spawn
-from .training import AutoDataLoader
+from .training import AutoDataLoader, DistributedProxySampler, _dataloader
 
 __version__ = "0.1.0"
 
@@ -68,21 +71,23 @@ __all__ = [
     "Group", "Topology",
     # setup and the context stack
     "available_backends", "context", "current", "finalize", "has_hvd_support",
-    "has_native_dist_support", "has_xla_support", "initialize", "show_config", "use",
+    "has_native_dist_support", "has_xla_support", "initialize", "set_local_rank", "show_config", "use",
     # queries
     "backend", "device", "get_local_rank", "get_nnodes", "get_node_rank", "get_nproc_per_node",
     "get_rank", "get_world_size", "hostname", "model_name", "rank", "world_size",
     # collectives
-    "all_gather", "all_reduce", "any_rank_failed", "barrier", "broadcast", "new_group", "sync", "timeout",
+    "all_gather", "all_gather_tensors_with_shapes", "all_reduce", "any_rank_failed", "barrier", "broadcast",
+    "new_group", "sync", "timeout",
     # rank-only and training helpers
-    "AutoDataLoader", "auto_dataloader", "auto_model", "auto_optim", "one_rank_first", "one_rank_only",
+    "AutoDataLoader", "DistributedProxySampler", "auto_dataloader", "auto_model", "auto_optim",
+    "one_rank_first", "one_rank_only",
     # launching
     "Parallel", "SpawnHandle", "spawn",
     # errors
     "AlreadyInitializedError", "BackendUnavailableError", "CollectiveInputError", "CollectiveMismatchError",
     "CollectiveTimeoutError", "ContextClosedError", "IdistError", "LaunchConfigError", "LaunchEnvironmentError",
     "LaunchError", "LeaderFailedError", "PeerLostError", "ReduceOverflowError", "TrainingSetupError",
-    "UnknownBackendError", "UnsupportedOpError", "UnsupportedValueError",
+    "UnknownBackendError", "UnsupportedOpError", "UnsupportedSamplerError", "UnsupportedValueError",
     # type aliases
     "BackendName", "GroupArg", "HorovodBackend", "HorovodReduceOp", "ModelName", "NativeBackend",
     "ReduceOp", "SerialBackend", "XlaBackend",
@@ -209,34 +214,34 @@ def hostname() -> str:
 
 # -------------------------------------------------------------- collectives
 @overload
-def all_reduce(x: TensorT, op: ReduceOp = "SUM", group: GroupArg = None) -> TensorT: ...
+def all_reduce(tensor: TensorT, op: ReduceOp = "SUM", group: GroupArg = None) -> TensorT: ...
 @overload
-def all_reduce(x: bool, op: ReduceOp = "SUM", group: GroupArg = None) -> bool: ...
+def all_reduce(tensor: bool, op: ReduceOp = "SUM", group: GroupArg = None) -> bool: ...
 @overload
-def all_reduce(x: int, op: ReduceOp = "SUM", group: GroupArg = None) -> int: ...
+def all_reduce(tensor: int, op: ReduceOp = "SUM", group: GroupArg = None) -> int: ...
 @overload
-def all_reduce(x: float, op: ReduceOp = "SUM", group: GroupArg = None) -> float: ...
-def all_reduce(x: Any, op: ReduceOp = "SUM", group: GroupArg = None) -> Any:
-    """``current().all_reduce(x, op, group)``; see ``DistContext.all_reduce``."""
-    return current().all_reduce(x, op, group)
+def all_reduce(tensor: float, op: ReduceOp = "SUM", group: GroupArg = None) -> float: ...
+def all_reduce(tensor: Any, op: ReduceOp = "SUM", group: GroupArg = None) -> Any:
+    """``current().all_reduce(tensor, op, group)``; see ``DistContext.all_reduce``."""
+    return current().all_reduce(tensor, op, group)
 
 
 @overload
-def all_gather(x: torch.Tensor, group: GroupArg = None) -> list[torch.Tensor]: ...
+def all_gather(tensor: torch.Tensor, group: GroupArg = None) -> list[torch.Tensor]: ...
 @overload
-def all_gather(x: T, group: GroupArg = None) -> list[T]: ...
-def all_gather(x: Any, group: GroupArg = None) -> list[Any]:
-    """``current().all_gather(x, group)``: one entry per rank, in rank order."""
-    return current().all_gather(x, group)
+def all_gather(tensor: T, group: GroupArg = None) -> list[T]: ...
+def all_gather(tensor: Any, group: GroupArg = None) -> list[Any]:
+    """``current().all_gather(tensor, group)``: one entry per rank, in rank order."""
+    return current().all_gather(tensor, group)
 
 
 @overload
-def broadcast(x: None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> Any: ...
+def broadcast(tensor: None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> Any: ...
 @overload
-def broadcast(x: T | None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> T: ...
-def broadcast(x: object, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> object:
-    """``current().broadcast(x, src, group)``: every rank returns ``src``'s value."""
-    return current().broadcast(x, src, group, safe_mode=safe_mode)
+def broadcast(tensor: T | None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> T: ...
+def broadcast(tensor: object, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> object:
+    """``current().broadcast(tensor, src, group)``: every rank returns ``src``'s value."""
+    return current().broadcast(tensor, src, group, safe_mode=safe_mode)
 
 
 def barrier(group: GroupArg = None) -> None:
@@ -248,7 +253,28 @@ def sync(group: GroupArg = None) -> None:
 
 
 def new_group(ranks: Sequence[int]) -> Group:
+    """A group of these global ranks for ``group=``; ``.rank()`` is -1 outside it."""
     return current().new_group(ranks)
+
+
+def all_gather_tensors_with_shapes(
+    tensor: torch.Tensor, shapes: Sequence[Sequence[int]], group: GroupArg = None
+) -> list[torch.Tensor]:
+    """``current().all_gather_tensors_with_shapes(tensor, shapes, group)`` (ignite's name)."""
+    return current().all_gather_tensors_with_shapes(tensor, shapes, group)
+
+
+def set_local_rank(index: int) -> None:
+    """ignite's hint: this process's local rank when idist adopts a torch.distributed group
+    you initialized and no launcher variable (``LOCAL_RANK``...) says it.
+
+    Contexts idist creates take the launcher's value; a group adopted earlier is adopted
+    again with the hint. Raises ``LaunchConfigError`` for anything but an int >= 0.
+    """
+    if type(index) is not int or index < 0:
+        raise LaunchConfigError(f"set_local_rank takes an int >= 0, got {index!r}")
+    set_local_rank_hint(index)
+    _stack.forget_adopted()
 
 
 def timeout(seconds: float) -> AbstractContextManager[None]:
@@ -286,8 +312,23 @@ def auto_optim(optimizer: OptimizerT, **kwargs: Any) -> OptimizerT:
     return current().auto_optim(optimizer, **kwargs)
 
 
+@overload
 def auto_dataloader(
-    data: torch.utils.data.Dataset[T] | torch.utils.data.DataLoader[T], **kwargs: Any
-) -> AutoDataLoader[T]:
-    """``current().auto_dataloader(data, **kwargs)``: this rank's share; ``batch_size`` is global."""
-    return current().auto_dataloader(data, **kwargs)
+    data: Dataset[T] | DataLoader[T], /, *, dataset: None = None, dataloader: None = None, **kwargs: Any
+) -> AutoDataLoader[T]: ...
+@overload
+def auto_dataloader(
+    data: None = None, /, *, dataset: Dataset[T], dataloader: None = None, **kwargs: Any
+) -> AutoDataLoader[T]: ...
+@overload
+def auto_dataloader(
+    data: None = None, /, *, dataset: None = None, dataloader: DataLoader[T], **kwargs: Any
+) -> AutoDataLoader[T]: ...
+def auto_dataloader(
+    data: object = None, /, *, dataset: object = None, dataloader: object = None, **kwargs: Any
+) -> AutoDataLoader[Any]:
+    """``current().auto_dataloader(data, **kwargs)``: this rank's share; ``batch_size`` is global.
+
+    The data goes positionally, as ``dataset=`` (ignite) or as ``dataloader=`` (the seed).
+    """
+    return current().auto_dataloader(_dataloader.the_data(data, dataset, dataloader), **kwargs)

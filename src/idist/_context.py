@@ -7,7 +7,6 @@ Queries never communicate; the collectives check their arguments here and move d
 
 from __future__ import annotations
 
-import logging
 import socket
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -20,6 +19,7 @@ from . import _collectives, _rank_only
 from ._core import CommT, ContextCore
 from ._errors import CollectiveInputError
 from ._group import Group, check_ranks
+from ._log import visible_logger
 from ._reduce import check_op_name
 from ._types import GroupArg, ModelName, ReduceOp
 from .training import _dataloader, _model, _optim
@@ -37,8 +37,6 @@ T = TypeVar("T")
 TensorT = TypeVar("TensorT", bound=torch.Tensor)
 OptimizerT = TypeVar("OptimizerT", bound="Optimizer")
 F = TypeVar("F", bound=Callable[..., Any])
-
-logger = logging.getLogger("idist")
 
 
 @attrs.frozen(eq=False, kw_only=True)
@@ -105,43 +103,53 @@ class DistContext(ContextCore[CommT]):
         return False
 
     def show_config(self) -> None:
-        """Log the configuration (and what decided it) on the ``idist`` logger at INFO."""
+        """Log the configuration (and what decided it) at INFO on the ``idist.config`` logger.
+
+        With no logging configured, rank 0 prints it to stderr (as ignite does); with
+        logging configured, the record goes to the application's handlers once.
+        """
         t = self.topology
         lines = [
-            f"idist {type(self).__name__}: backend={self.backend} model={self.MODEL_NAME}",
-            f"  rank={t.rank} world_size={t.world_size} local_rank={t.local_rank}",
-            f"  nproc_per_node={t.nproc_per_node} node_rank={t.node_rank} nnodes={t.nnodes}",
-            f"  device={self.device} hostname={self.hostname()}",
+            f"distributed configuration: {self.MODEL_NAME} ({type(self).__name__})",
+            f"backend: {self.backend}",
+            f"device: {self.device}",
+            f"hostname: {self.hostname()}",
+            f"world size: {t.world_size}",
+            f"rank: {t.rank}",
+            f"local rank: {t.local_rank}",
+            f"num processes per_node: {t.nproc_per_node}",
+            f"num nodes: {t.nnodes}",
+            f"node rank: {t.node_rank}",
         ]
-        lines += [f"  {k}: {v}" for k, v in self.config.items()]
-        logger.info("\n".join(lines))
+        lines += [f"decided by: {k}: {v}" for k, v in self.config.items()]
+        visible_logger("idist.config").info("\n".join(lines), extra={"idist_rank": t.rank})
 
     # ------------------------------------------------------------------ groups
     def new_group(self, ranks: Sequence[int]) -> Group:
         """A group of the given global ranks, usable as ``group=`` in any collective."""
         key = check_ranks(ranks, self.world_size)
         self._comm_for(key)
-        return Group(key)
+        return Group(key, key.index(self.rank) if self.rank in key else -1)
 
     # ------------------------------------------------------------- collectives
     @overload
-    def all_reduce(self, x: TensorT, op: ReduceOp = "SUM", group: GroupArg = None) -> TensorT: ...
+    def all_reduce(self, tensor: TensorT, op: ReduceOp = "SUM", group: GroupArg = None) -> TensorT: ...
     @overload
-    def all_reduce(self, x: bool, op: ReduceOp = "SUM", group: GroupArg = None) -> bool: ...
+    def all_reduce(self, tensor: bool, op: ReduceOp = "SUM", group: GroupArg = None) -> bool: ...
     @overload
-    def all_reduce(self, x: int, op: ReduceOp = "SUM", group: GroupArg = None) -> int: ...
+    def all_reduce(self, tensor: int, op: ReduceOp = "SUM", group: GroupArg = None) -> int: ...
     @overload
-    def all_reduce(self, x: float, op: ReduceOp = "SUM", group: GroupArg = None) -> float: ...
-    def all_reduce(self, x: object, op: ReduceOp = "SUM", group: GroupArg = None) -> object:
-        """Reduce ``x`` over the group (all ranks by default).
+    def all_reduce(self, tensor: float, op: ReduceOp = "SUM", group: GroupArg = None) -> float: ...
+    def all_reduce(self, tensor: object, op: ReduceOp = "SUM", group: GroupArg = None) -> object:
+        """Reduce ``tensor`` (a tensor or a Python number) over the group (all ranks by default).
 
         Tensors are reduced in place and returned; Python ``int``/``float``/``bool`` give a
         new value of the same type, exact in int64/float64. Ranks outside ``group`` get
-        ``x`` back unchanged. Raises ``UnsupportedOpError`` for an op this backend or data
+        ``tensor`` back unchanged. Raises ``UnsupportedOpError`` for an op this backend or data
         type cannot do (before communicating), ``ReduceOverflowError`` when an int result
         leaves int64, ``UnsupportedValueError`` for other types.
         """
-        return self._all_reduce(x, op, group)
+        return self._all_reduce(tensor, op, group)
 
     def _all_reduce(self, x: object, op: str, group: GroupArg) -> object:
         name = check_op_name(op, self.VALID_OPS, self.backend)
@@ -152,17 +160,17 @@ class DistContext(ContextCore[CommT]):
         return _collectives.all_reduce(self, comm, x, name)
 
     @overload
-    def all_gather(self, x: torch.Tensor, group: GroupArg = None) -> list[torch.Tensor]: ...
+    def all_gather(self, tensor: torch.Tensor, group: GroupArg = None) -> list[torch.Tensor]: ...
     @overload
-    def all_gather(self, x: T, group: GroupArg = None) -> list[T]: ...
-    def all_gather(self, x: object, group: GroupArg = None) -> list[Any]:
+    def all_gather(self, tensor: T, group: GroupArg = None) -> list[T]: ...
+    def all_gather(self, tensor: object, group: GroupArg = None) -> list[Any]:
         """One entry per rank of the group, in rank order.
 
         Tensors may differ in shape between ranks (any dimension) but not in dtype.
         int/float/bool/str/bytes/Path round-trip exactly without pickle; other objects go
-        through pickle (peers are trusted). A rank outside ``group`` gets ``[x]``.
+        through pickle (peers are trusted). A rank outside ``group`` gets ``[tensor]``.
         """
-        return self._all_gather(x, group)
+        return self._all_gather(tensor, group)
 
     def _all_gather(self, x: object, group: GroupArg) -> list[Any]:
         comm = self._comm(group)
@@ -172,19 +180,19 @@ class DistContext(ContextCore[CommT]):
         return _collectives.all_gather(comm, x)
 
     @overload
-    def broadcast(self, x: None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> Any: ...
+    def broadcast(self, tensor: None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> Any: ...
     @overload
-    def broadcast(self, x: T | None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> T: ...
-    def broadcast(self, x: object, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> object:
+    def broadcast(self, tensor: T | None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> T: ...
+    def broadcast(self, tensor: object, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> object:
         """Every rank returns ``src``'s value (``src`` is a global rank).
 
         Tensors land in place when the receiver passes one of the same shape and dtype;
         otherwise (or for ``None``) the receiver gets a new tensor on its device. Python
         values are exact. ``safe_mode`` is accepted for ignite code: receivers may always
-        pass ``None``. Ranks outside ``group`` get ``x`` back unchanged.
+        pass ``None``. Ranks outside ``group`` get ``tensor`` back unchanged.
         """
         del safe_mode
-        return self._broadcast(x, src, group)
+        return self._broadcast(tensor, src, group)
 
     def _broadcast(self, x: object, src: int, group: GroupArg) -> object:
         comm = self._comm(group)
@@ -198,6 +206,28 @@ class DistContext(ContextCore[CommT]):
             )
         self._checkpoint(comm, "broadcast", src=str(src))
         return _collectives.broadcast(self, comm, x, src)
+
+    def all_gather_tensors_with_shapes(
+        self, tensor: torch.Tensor, shapes: Sequence[Sequence[int]], group: GroupArg = None
+    ) -> list[torch.Tensor]:
+        """ignite's ragged gather: one tensor per rank of the group, rank ``i``'s of shape ``shapes[i]``.
+
+        ``all_gather`` already moves tensors of different shapes; this also checks each rank's
+        tensor against its declared shape (``CollectiveInputError`` on every rank, naming it).
+        A rank outside ``group`` gets ``[tensor]``.
+        """
+        comm = self._comm(group)
+        gathered = self.all_gather(tensor, group)
+        if comm is None or comm.group_rank < 0:
+            return gathered  # not a member (an XLA bystander takes part first): its own tensor back
+        want = [tuple(int(d) for d in s) for s in shapes]
+        got = [tuple(t.shape) for t in gathered]
+        if want != got:
+            raise CollectiveInputError(
+                f"all_gather_tensors_with_shapes: the ranks' tensors have shapes {got}, not the declared {want}; "
+                "pass shapes= in group-rank order, one per rank"
+            )
+        return gathered
 
     def barrier(self, group: GroupArg = None) -> None:
         """Return only when every rank of the group has arrived."""
@@ -250,11 +280,25 @@ class DistContext(ContextCore[CommT]):
         """The optimizer adapted for this backend (unchanged on serial and torch.distributed)."""
         return _optim.auto_optim(self, optimizer, **kwargs)
 
-    def auto_dataloader(self, data: Dataset[T] | DataLoader[T], **kwargs: Any) -> AutoDataLoader[T]:
+    @overload
+    def auto_dataloader(
+        self, data: Dataset[T] | DataLoader[T], /, *, dataset: None = None, dataloader: None = None, **kwargs: Any
+    ) -> AutoDataLoader[T]: ...
+    @overload
+    def auto_dataloader(
+        self, data: None = None, /, *, dataset: Dataset[T], dataloader: None = None, **kwargs: Any
+    ) -> AutoDataLoader[T]: ...
+    @overload
+    def auto_dataloader(
+        self, data: None = None, /, *, dataset: None = None, dataloader: DataLoader[T], **kwargs: Any
+    ) -> AutoDataLoader[T]: ...
+    def auto_dataloader(
+        self, data: object = None, /, *, dataset: object = None, dataloader: object = None, **kwargs: Any
+    ) -> AutoDataLoader[Any]:
         """A loader giving this rank its share: ``batch_size`` is the global batch.
 
         Takes a Dataset (plus DataLoader keyword arguments) or a DataLoader (its settings,
-        overridden by ``kwargs``). Also ``per_rank_batch_size=``, ``seed=``,
-        ``shard_iterable=``, ``even_batches=``.
+        overridden by ``kwargs``), positionally or as ``dataset=`` (ignite) / ``dataloader=``
+        (the seed). Also ``per_rank_batch_size=``, ``seed=``, ``shard_iterable=``, ``even_batches=``.
         """
-        return _dataloader.auto_dataloader(self, data, **kwargs)
+        return _dataloader.auto_dataloader(self, _dataloader.the_data(data, dataset, dataloader), **kwargs)

@@ -92,6 +92,11 @@ class ContextCore(ABC, Generic[CommT]):
         """Whether backend ``name`` can be selected here (never imports an optional package)."""
 
     @classmethod
+    def unavailable_reason(cls, name: str) -> str:
+        """Why backend ``name`` cannot run here, and what to do (asked when ``is_available`` is False)."""
+        return f"backend {name!r} cannot run here"
+
+    @classmethod
     def adopt(cls) -> Self | None:
         """A context for a runtime of this backend the user started, or None."""
         return None

@@ -35,7 +35,7 @@ def launched_by() -> str | None:
         return "horovodrun"
     if xla_replica():
         return "torch_xla"
-    info = detect(os.environ)
+    info = detect(os.environ, need_master=False)
     return None if info is None else info.launcher
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "TrainingSetupError",
     "UnknownBackendError",
     "UnsupportedOpError",
+    "UnsupportedSamplerError",
     "UnsupportedValueError",
 ]
 
@@ -34,7 +35,7 @@ class IdistError(Exception):
 
     IdistError
     ├── UnknownBackendError          (ValueError)   backend name not known
-    ├── BackendUnavailableError      (ImportError)  backend known, not installed / no device
+    ├── BackendUnavailableError      (ImportError, ValueError) backend known, not installed / no device
     ├── UnsupportedOpError           (ValueError)   reduce op not valid for this backend/dtype
     ├── CollectiveInputError         (ValueError)   bad src, bad group, mismatched dtypes
     │   └── UnsupportedValueError    (TypeError)    a value type the codec cannot move
@@ -48,6 +49,7 @@ class IdistError(Exception):
     ├── PeerLostError                (ConnectionError) a peer died or closed its connection mid-collective
     ├── LeaderFailedError            (RuntimeError) the leader of one_rank_first / one_rank_only raised
     └── TrainingSetupError           (ValueError)   auto_model / auto_optim / auto_dataloader options that cannot work
+        └── UnsupportedSamplerError  (TypeError)    a sampler that cannot be shared out between ranks
     (CollectiveMismatchError, a CollectiveInputError: ranks called different collectives, checked mode)
     """
 
@@ -56,7 +58,7 @@ class UnknownBackendError(IdistError, ValueError):
     """The backend name is not one idist knows."""
 
 
-class BackendUnavailableError(IdistError, ImportError):
+class BackendUnavailableError(IdistError, ImportError, ValueError):
     """The backend is known but cannot run here (package missing, no device)."""
 
 
@@ -149,6 +151,10 @@ class LeaderFailedError(IdistError, RuntimeError):
 
 class TrainingSetupError(IdistError, ValueError):
     """``auto_model`` / ``auto_optim`` / ``auto_dataloader`` got options that cannot work."""
+
+
+class UnsupportedSamplerError(TrainingSetupError, TypeError):
+    """A sampler that cannot be shared out between ranks (not a Sampler, already distributed, no len)."""
 
 
 # Codes used to ship an error class from one rank to the others (see _codec).

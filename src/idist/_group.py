@@ -15,7 +15,18 @@ from ._errors import CollectiveInputError
 class Group:
     """A subgroup of a context's ranks, as returned by ``new_group``; pass it as ``group=``."""
 
+    #: the members' global ranks, sorted
     ranks: tuple[int, ...]
+    #: the rank that made it, within the group (-1: not a member)
+    group_rank: int = -1
+
+    def rank(self) -> int:
+        """This process's rank within the group, or -1 when it is not a member (torch's convention)."""
+        return self.group_rank
+
+    def size(self) -> int:
+        """How many ranks the group has."""
+        return len(self.ranks)
 
 
 def check_ranks(ranks: object, world_size: int) -> tuple[int, ...]:

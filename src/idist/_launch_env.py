@@ -98,8 +98,8 @@ def _check(info: LaunchInfo) -> LaunchInfo:
     return info
 
 
-def _torchrun(env: Mapping[str, str]) -> LaunchInfo:
-    _require(env, TORCHRUN, "torchrun-style")
+def _torchrun(env: Mapping[str, str], need_master: bool = True) -> LaunchInfo:
+    _require(env, TORCHRUN if need_master else TORCHRUN[:2], "torchrun-style")
     rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
     local = _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else rank
     nproc = _int(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else world
@@ -112,11 +112,14 @@ def _torchrun(env: Mapping[str, str]) -> LaunchInfo:
         "nproc_per_node": (
             f"LOCAL_WORLD_SIZE={env['LOCAL_WORLD_SIZE']}" if "LOCAL_WORLD_SIZE" in env else "WORLD_SIZE"
         ),
-        "master": f"MASTER_ADDR={env['MASTER_ADDR']} MASTER_PORT={env['MASTER_PORT']}",
-    }
-    return _info(
-        "torchrun", rank, world, local, nproc, node, nnodes, env["MASTER_ADDR"], _int(env, "MASTER_PORT"), decided
-    )
+        "master": (
+            f"MASTER_ADDR={env['MASTER_ADDR']} MASTER_PORT={env['MASTER_PORT']}"
+            if "MASTER_ADDR" in env and "MASTER_PORT" in env else "init_method (no MASTER_ADDR/MASTER_PORT)"
+        ),
+    }  # fmt: skip
+    addr = env.get("MASTER_ADDR")
+    port = _int(env, "MASTER_PORT") if "MASTER_PORT" in env else None
+    return _info("torchrun", rank, world, local, nproc, node, nnodes, addr, port, decided)
 
 
 def _slurm(env: Mapping[str, str]) -> LaunchInfo:
@@ -199,8 +202,11 @@ _DETECTORS = (
 )
 
 
-def detect(env: Mapping[str, str]) -> LaunchInfo | None:
+def detect(env: Mapping[str, str], *, need_master: bool = True) -> LaunchInfo | None:
     """The launcher environment in ``env``, or None when no launcher variables are set.
+
+    ``need_master=False``: a torchrun-style environment may lack ``MASTER_ADDR``/``MASTER_PORT``
+    (an ``init_method`` such as ``file://`` is the rendezvous).
 
     torchrun-style variables win over the launcher's own (torchrun inside SLURM, or
     idist.spawn under mpirun), but a RANK/WORLD_SIZE that contradicts the launcher's is
@@ -209,7 +215,7 @@ def detect(env: Mapping[str, str]) -> LaunchInfo | None:
     found = [(name, fn) for name, keys, fn in _DETECTORS if any(k in env for k in keys)]
     if not found:
         return None
-    infos = [fn(env) for _, fn in found]
+    infos = [_torchrun(env, need_master) if name == "torchrun" else fn(env) for name, fn in found]
     first = infos[0]
     for other in infos[1:]:
         a, b = first.topology, other.topology

@@ -44,6 +44,12 @@ def _adopt() -> DistContext | None:
     return None
 
 
+def forget_adopted() -> None:
+    """Adopt afresh on the next ``current()`` (the runtime, or a hint about it, changed)."""
+    global _adopted
+    _adopted = None
+
+
 def current() -> DistContext:
     """The context the module-level functions use now (see the module docstring)."""
     ctx = _scoped.get()

@@ -48,7 +48,7 @@ def test_a_scoped_context_initializes_and_finalizes(life: list[dict[str, Any]]) 
 
 def test_without_horovodrun_initialize_horovod_is_a_world_of_one() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_")}
-    env["PYTHONPATH"] = str(HERE)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent)])
     code = "import cases, json; print(json.dumps(cases.single_process()))"
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True, cwd=HERE

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._context import DistContext
-from .._errors import UnknownBackendError
+from .._errors import BackendUnavailableError, UnknownBackendError
 from .horovod import HorovodContext
 from .native import NativeContext
 from .serial import SerialContext
@@ -35,6 +35,16 @@ def context_class(name: object) -> type[DistContext]:
             f"unknown backend {name!r}; known backends: {', '.join(BACKENDS)} "
             f"(available here: {', '.join(available()) or 'serial'})"
         )
+    return cls
+
+
+def require(name: object) -> type[DistContext]:
+    """The class of backend ``name`` when it can run here; else ``UnknownBackendError`` or
+    ``BackendUnavailableError`` saying what is missing."""
+    cls = context_class(name)
+    assert isinstance(name, str)  # context_class accepted it
+    if not cls.is_available(name):
+        raise BackendUnavailableError(cls.unavailable_reason(name))
     return cls
 
 

@@ -78,15 +78,17 @@ def _flush() -> None:
             pass
 
 
-def _call(spec: ChildSpec) -> Any:
+def _call(spec: ChildSpec, failed_at: list[float]) -> Any:
+    """``fn`` (inside an initialized context for ignite's form); ``failed_at`` gets the time
+    fn raised, taken before finalizing breaks the peers (the first failure in time is blamed)."""
     if spec.backend is None:
         return spec.fn(spec.local_rank, *spec.args, **spec.kwargs)
-    init = dict(spec.init_kwargs)
-    if "world_size" in init:  # init_method= needs this rank passed explicitly
-        init.setdefault("rank", spec.rank)
-    _stack.initialize(spec.backend, **init)
+    _stack.initialize(spec.backend, **spec.init_kwargs)
     try:
         return spec.fn(spec.local_rank, *spec.args, **spec.kwargs)
+    except BaseException:
+        failed_at.append(time.time())
+        raise
     finally:
         _stack.finalize()
 
@@ -98,18 +100,19 @@ def child_main(spec: ChildSpec, conn: Connection) -> None:
         os.environ.pop(name, None)
     os.environ.update(spec.env)
     code = 0
+    failed_at: list[float] = []
     try:
-        result = _call(spec)
+        result = _call(spec, failed_at)
         message: tuple[Any, ...] = ("ok", result)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if code == 0:
             message = ("ok", None)
         else:
-            message = ("error", f"sys.exit({e.code!r})", traceback.format_exc(), time.time(), code)
+            message = ("error", f"sys.exit({e.code!r})", traceback.format_exc(), [*failed_at, time.time()][0], code)
     except BaseException as e:
         code = 1
-        message = ("error", _summary(e), traceback.format_exc(), time.time(), code)
+        message = ("error", _summary(e), traceback.format_exc(), [*failed_at, time.time()][0], code)
     _flush()
     try:
         conn.send(message)

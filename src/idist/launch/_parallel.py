@@ -19,9 +19,11 @@ from typing import Any, TypeVar, final
 import torch
 
 from .. import _stack
+from .._backends import require
 from .._context import DistContext
 from .._detect import launched_by
 from .._errors import LaunchConfigError
+from .._log import visible_logger
 from ._plan import LaunchPlan
 from ._spawn import ignite_spawn
 
@@ -36,29 +38,32 @@ def _default_spawn_backend() -> str:
 class Parallel:
     """Run a function distributed, whether or not a launcher started this process.
 
-    ``Parallel(backend=None, nproc_per_node=None, nnodes=1, node_rank=0,
-    master_addr=None, master_port=None, init_method=None, **spawn_kwargs)``
-    (``nprocs=`` is the seed's name for ``nproc_per_node``). ``run(fn, *args,
-    **kwargs)`` calls ``fn(local_rank, *args, **kwargs)`` on every rank and returns the
-    return values of the ranks it ran, in local-rank order: all local ranks in spawn
-    mode, this rank's alone in place. Use it as a context manager, as in ignite::
+    ``Parallel(backend=None, nproc_per_node=None, nnodes=None, node_rank=None,
+    master_addr=None, master_port=None, init_method=None, **spawn_kwargs)``, ignite's
+    signature (``None`` means the default; ``master_port`` may be a string of digits;
+    ``nprocs=`` is the seed's name for ``nproc_per_node``). ``run(fn, *args, **kwargs)``
+    calls ``fn(local_rank, *args, **kwargs)`` on every rank and returns the return values
+    of the ranks it ran, in local-rank order: all local ranks in spawn mode, this rank's
+    alone in place. Use it as a context manager, as in ignite::
 
         with idist.Parallel(backend="gloo", nproc_per_node=2) as parallel:
             parallel.run(training, config)
 
-    Raises ``LaunchConfigError`` for a process count under a launcher (the launcher
-    already chose it) or node options without a process count; ``LaunchError`` from
-    ``run`` when a spawned rank fails.
+    Raises at construction: ``UnknownBackendError`` / ``BackendUnavailableError`` for a
+    backend that cannot run here, ``LaunchConfigError`` for a process count under a
+    launcher (the launcher already chose it), node options without a process count,
+    ``init_method="tcp://..."`` with spawned ranks. ``run`` raises ``LaunchError`` when a
+    spawned rank fails.
     """
 
     def __init__(
         self,
         backend: str | None = None,
         nproc_per_node: int | None = None,
-        nnodes: int = 1,
-        node_rank: int = 0,
+        nnodes: int | None = None,
+        node_rank: int | None = None,
         master_addr: str | None = None,
-        master_port: int | None = None,
+        master_port: int | str | None = None,
         init_method: str | None = None,
         *,
         nprocs: int | None = None,
@@ -67,16 +72,18 @@ class Parallel:
         if nprocs is not None and nproc_per_node is not None and nprocs != nproc_per_node:
             raise LaunchConfigError(f"nprocs={nprocs} and nproc_per_node={nproc_per_node} disagree; pass one of them")
         n = nproc_per_node if nproc_per_node is not None else nprocs
+        if backend is not None:
+            require(backend)
         self.launcher = launched_by()
         if n is not None and self.launcher is not None:
             raise LaunchConfigError(
                 f"this process was started by {self.launcher}, which already chose the processes; "
                 f"drop nproc_per_node={n} (and the node options) or run the script without the launcher"
             )
-        if n is None and (nnodes != 1 or node_rank != 0 or master_addr is not None or master_port is not None):
-            raise LaunchConfigError(
-                "nnodes/node_rank/master_addr/master_port describe processes to spawn: pass nproc_per_node= too"
-            )
+        given = {"nnodes": nnodes, "node_rank": node_rank, "master_addr": master_addr, "master_port": master_port}
+        passed = ", ".join(f"{k}={v!r}" for k, v in given.items() if v is not None)
+        if n is None and passed:
+            raise LaunchConfigError(f"{passed} describe processes to spawn: pass nproc_per_node= too")
         unknown = set(spawn_kwargs) - {"join", "daemon", "start_method", "timeout"}
         if unknown:
             raise LaunchConfigError(
@@ -86,39 +93,55 @@ class Parallel:
         if spawn_kwargs.get("join") is False:
             raise LaunchConfigError("Parallel.run always joins; use idist.spawn(..., join=False) for a handle")
         self.backend = backend
-        self.nproc_per_node = n
         self.init_method = init_method
         self.spawn_kwargs = spawn_kwargs
-        if n is not None:
-            LaunchPlan(
-                nproc_per_node=n, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr, master_port=master_port
-            ).check()
-        self.nnodes, self.node_rank = nnodes, node_rank
-        self.master_addr, self.master_port = master_addr, master_port
+        self.plan = (
+            LaunchPlan.from_arguments(n, nnodes, node_rank, master_addr, master_port, init_method)
+            if n is not None else None
+        )  # fmt: skip
         self._ctx: DistContext | None = None
         self._scope: ExitStack | None = None
+        self._log = visible_logger("idist.launch")
 
     @property
     def spawns(self) -> bool:
         """True in spawn mode: ``run`` starts new processes."""
-        return self.nproc_per_node is not None
+        return self.plan is not None
+
+    @property
+    def nproc_per_node(self) -> int | None:
+        return None if self.plan is None else self.plan.nproc_per_node
 
     def __enter__(self) -> Parallel:
-        if not self.spawns and self._ctx is None:
-            kwargs: dict[str, Any] = {}
-            if self.init_method is not None:
-                kwargs["init_method"] = self.init_method
-            timeout = self.spawn_kwargs.get("timeout")
-            if timeout is not None:
-                kwargs["timeout"] = timeout
-            if self.launcher == "torch_xla":
-                # XLA device threads share this process: each gets its own current context.
-                scope = ExitStack()
-                self._ctx = scope.enter_context(_stack.scoped(self.backend, **kwargs))
-                self._scope = scope
-            else:
-                self._ctx = _stack.initialize(self.backend, **kwargs)
+        if self.plan is not None:
+            p = self.plan
+            params = {"nproc_per_node": p.nproc_per_node, "nnodes": p.nnodes, "node_rank": p.node_rank,
+                      "master_addr": p.master_addr, "master_port": p.master_port}  # fmt: skip
+            shown = "".join(f"\n\t{k}: {v}" for k, v in params.items() if v is not None)
+            self._log.info("Initialized distributed launcher with backend: %r", self._spawn_backend())
+            self._log.info("- Parameters to spawn processes: %s", shown)
+        elif self._ctx is None:
+            self._initialize()
         return self
+
+    def _initialize(self) -> DistContext:
+        kwargs: dict[str, Any] = {}
+        if self.init_method is not None:
+            kwargs["init_method"] = self.init_method
+        timeout = self.spawn_kwargs.get("timeout")
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        if self.launcher == "torch_xla":
+            # XLA device threads share this process: each gets its own current context.
+            scope = ExitStack()
+            ctx = scope.enter_context(_stack.scoped(self.backend, **kwargs))
+            self._scope = scope
+        else:
+            ctx = _stack.initialize(self.backend, **kwargs)
+        self._ctx = ctx
+        if self.backend is not None:
+            self._log.info("Initialized processing group with backend: %r", ctx.backend, extra={"idist_rank": ctx.rank})
+        return ctx
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         ctx, self._ctx = self._ctx, None
@@ -127,31 +150,36 @@ class Parallel:
             scope.close()
         elif ctx is not None:
             _stack.finalize()
+        if ctx is not None and self.backend is not None:
+            self._log.info("Finalized processing group with backend: %r", ctx.backend, extra={"idist_rank": ctx.rank})
+
+    def _spawn_backend(self) -> str:
+        return self.backend or _default_spawn_backend()
 
     def run(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> list[R]:
         """``fn(local_rank, *args, **kwargs)`` on every rank; see the class docstring."""
-        if self.spawns:
-            assert self.nproc_per_node is not None
+        p = self.plan
+        if p is not None:
+            self._log.info("Spawn function %r in %d processes", fn, p.nproc_per_node)
             results: list[R] = ignite_spawn(
-                self.backend or _default_spawn_backend(),
-                fn,
-                args,
-                kwargs,
-                self.nproc_per_node,
-                self.nnodes,
-                self.node_rank,
-                self.master_addr,
-                self.master_port,
-                self.init_method,
-                **self.spawn_kwargs,
-            )
+                self._spawn_backend(), fn, args, kwargs, p.nproc_per_node, p.nnodes, p.node_rank,
+                p.master_addr, p.master_port, self.init_method, **self.spawn_kwargs,
+            )  # fmt: skip
+            self._log.info("End of run")
             return results
         if self._ctx is not None:
-            return [fn(self._ctx.local_rank, *args, **kwargs)]
+            return self._run_here(self._ctx, fn, args, kwargs)
         with self:
             assert self._ctx is not None
-            return [fn(self._ctx.local_rank, *args, **kwargs)]
+            return self._run_here(self._ctx, fn, args, kwargs)
+
+    def _run_here(self, ctx: DistContext, fn: Callable[..., R], args: Any, kwargs: Any) -> list[R]:
+        self._log.info("- Run %r in %d processes", fn, ctx.world_size, extra={"idist_rank": ctx.rank})
+        result = fn(ctx.local_rank, *args, **kwargs)
+        self._log.info("End of run", extra={"idist_rank": ctx.rank})
+        return [result]
 
     def __repr__(self) -> str:
-        mode = f"spawn {self.nproc_per_node} x {self.nnodes} node(s)" if self.spawns else "in place"
+        p = self.plan
+        mode = f"spawn {p.nproc_per_node} x {p.nnodes} node(s)" if p is not None else "in place"
         return f"Parallel(backend={self.backend!r}, {mode}, launcher={self.launcher})"

@@ -18,13 +18,41 @@ NATIVE_SPAWNABLE = ("gloo", "nccl")
 @attrs.frozen(kw_only=True)
 class LaunchPlan:
     """What one launch starts: ``nproc_per_node`` ranks on node ``node_rank`` of ``nnodes``,
-    meeting at ``master_addr:master_port``; ``topology(local_rank)`` is where each rank sits."""
+    meeting at ``master_addr:master_port`` (or through ``init_method``, a ``file://`` URL);
+    ``topology(local_rank)`` is where each rank sits."""
 
     nproc_per_node: int
     nnodes: int = 1
     node_rank: int = 0
     master_addr: str | None = None
     master_port: int | None = None
+    init_method: str | None = None
+
+    @classmethod
+    def from_arguments(
+        cls, nproc_per_node: object, nnodes: object = None, node_rank: object = None,
+        master_addr: str | None = None, master_port: object = None, init_method: str | None = None,
+    ) -> LaunchPlan:  # fmt: skip
+        """The plan for ``spawn``/``Parallel``'s arguments, ignite's forms included (``None``
+        means the default, ``master_port`` may be a string of digits); checked."""
+        n_nodes = 1 if nnodes is None else _int_arg("nnodes", nnodes)
+        if node_rank is None and n_nodes > 1:
+            raise LaunchConfigError(
+                f"nnodes={n_nodes}: pass node_rank= too (this node's index, 0..{n_nodes - 1}); "
+                "every node runs the launch with its own node_rank"
+            )
+        if init_method is not None and init_method.startswith("tcp://"):
+            raise LaunchConfigError(
+                f"init_method={init_method!r} cannot serve ranks spawned here: each spawned rank would need that "
+                "address to itself. Pass master_addr= and master_port= (or init_method='file:///shared/path')"
+            )
+        plan = cls(
+            nproc_per_node=_int_arg("nproc_per_node", nproc_per_node), nnodes=n_nodes,
+            node_rank=0 if node_rank is None else _int_arg("node_rank", node_rank),
+            master_addr=master_addr, master_port=port_number(master_port), init_method=init_method,
+        )  # fmt: skip
+        plan.check()
+        return plan
 
     @property
     def world_size(self) -> int:
@@ -41,9 +69,7 @@ class LaunchPlan:
 
     def check(self) -> None:
         for name in ("nproc_per_node", "nnodes", "node_rank"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise LaunchConfigError(f"{name} must be an int, got {value!r}")
+            _int_arg(name, getattr(self, name))
         if self.nproc_per_node < 1:
             raise LaunchConfigError(f"nprocs/nproc_per_node must be at least 1, got {self.nproc_per_node}")
         if self.nnodes < 1:
@@ -52,14 +78,29 @@ class LaunchPlan:
             raise LaunchConfigError(
                 f"node_rank={self.node_rank} is outside 0..{self.nnodes - 1} (nnodes={self.nnodes})"
             )
-        port = self.master_port
-        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
-            raise LaunchConfigError(f"master_port must be an int in 1..65535, got {port!r}")
-        if self.nnodes > 1 and port is None:
+        port_number(self.master_port)
+        shared_file = self.init_method is not None and not self.init_method.startswith("env://")
+        if self.nnodes > 1 and self.master_port is None and not shared_file:
             raise LaunchConfigError(
                 f"nnodes={self.nnodes}: pass the same master_addr= and master_port= to the launch on every "
                 "node (node_rank=0 hosts the rendezvous there); a port cannot be picked for you across machines"
             )
+
+
+def _int_arg(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LaunchConfigError(f"{name} must be an int, got {value!r}")
+    return value
+
+
+def port_number(port: object) -> int | None:
+    """A rendezvous port as an int: an int or a string of digits (argparse gives strings) in 1..65535."""
+    if port is None:
+        return None
+    value = int(port) if isinstance(port, str) and port.strip().isdigit() else port
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise LaunchConfigError(f"master_port must be an int in 1..65535, got {port!r}")
+    return value
 
 
 def checked_args(fn: object, args: object) -> tuple[Any, ...]:

@@ -67,10 +67,10 @@ def spawn(
     args: tuple[Any, ...] = (),
     kwargs_dict: Mapping[str, Any] | None = None,
     nproc_per_node: int = 1,
-    nnodes: int = 1,
-    node_rank: int = 0,
+    nnodes: int | None = 1,
+    node_rank: int | None = 0,
     master_addr: str | None = None,
-    master_port: int | None = None,
+    master_port: int | str | None = None,
     init_method: str | None = None,
     *,
     join: Literal[True] = True,
@@ -85,10 +85,10 @@ def spawn(
     args: tuple[Any, ...] = (),
     kwargs_dict: Mapping[str, Any] | None = None,
     nproc_per_node: int = 1,
-    nnodes: int = 1,
-    node_rank: int = 0,
+    nnodes: int | None = 1,
+    node_rank: int | None = 0,
     master_addr: str | None = None,
-    master_port: int | None = None,
+    master_port: int | str | None = None,
     init_method: str | None = None,
     *,
     join: Literal[False],
@@ -147,9 +147,7 @@ def _seed_form(
     if nprocs is not None and nproc_per_node is not None and nprocs != nproc_per_node:
         raise LaunchConfigError(f"nprocs={nprocs} and nproc_per_node={nproc_per_node} disagree; pass one of them")
     n = nprocs if nprocs is not None else nproc_per_node if nproc_per_node is not None else 1
-    plan = LaunchPlan(
-        nproc_per_node=n, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr, master_port=master_port
-    )
+    plan = LaunchPlan.from_arguments(n, nnodes, node_rank, master_addr, master_port)
     handle = start(fn, args, {}, plan, daemon=daemon, start_method=start_method)
     return _finish(handle, join)
 
@@ -160,10 +158,10 @@ def ignite_spawn(
     args: tuple[Any, ...] = (),
     kwargs_dict: Mapping[str, Any] | None = None,
     nproc_per_node: int = 1,
-    nnodes: int = 1,
-    node_rank: int = 0,
+    nnodes: int | None = 1,
+    node_rank: int | None = 0,
     master_addr: str | None = None,
-    master_port: int | None = None,
+    master_port: int | str | None = None,
     init_method: str | None = None,
     *,
     join: bool = True,
@@ -184,21 +182,16 @@ def ignite_spawn(
         init["timeout"] = timeout
     if init_method is not None:
         init["init_method"] = init_method
-    plan = LaunchPlan(
-        nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
-        master_addr=master_addr, master_port=master_port,
-    )  # fmt: skip
     if name in DRIVEN_SPAWNABLE:
-        plan.check()
+        # the backend's launcher chooses the rendezvous: check_options refuses an init_method
+        plan = LaunchPlan.from_arguments(nproc_per_node, nnodes, node_rank, master_addr, master_port)
         check_options(name, plan, join=join, daemon=daemon, init_method=init_method, start_method=start_method)
         job = Job(
             backend=name, fn=fn, args=checked_args(fn, args), kwargs=dict(kwargs_dict or {}), init_kwargs=init,
             nproc=nproc_per_node, start_method=start_method,
         )  # fmt: skip
         return run_driven(job)
-    if init_method is not None:
-        # torch's init_method= needs the rank and world size passed explicitly.
-        init["world_size"] = plan.world_size
+    plan = LaunchPlan.from_arguments(nproc_per_node, nnodes, node_rank, master_addr, master_port, init_method)
     handle = start(
         fn, args, dict(kwargs_dict or {}), plan, daemon=daemon, start_method=start_method,
         backend=name, init_kwargs=init,

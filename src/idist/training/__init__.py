@@ -9,6 +9,6 @@ overrides the hooks ``_wrap_model``, ``_wrap_optimizer``, ``_loader_pin_memory``
 from __future__ import annotations
 
 from ._dataloader import AutoDataLoader, ShardedIterableDataset
-from ._sampler import ProxySampler, ShardSampler
+from ._sampler import DistributedProxySampler, ShardSampler
 
-__all__ = ["AutoDataLoader", "ProxySampler", "ShardSampler", "ShardedIterableDataset"]
+__all__ = ["AutoDataLoader", "DistributedProxySampler", "ShardSampler", "ShardedIterableDataset"]

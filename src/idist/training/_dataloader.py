@@ -3,9 +3,9 @@
 ``batch_size`` is the **global** batch (as in ignite; ``per_rank_batch_size=`` says the
 per-rank size). A dataset without a sampler is sharded by ``ShardSampler`` (also serially,
 so 1 process at batch B and N ranks at B/N draw the same global batches); a user's
-``DistributedSampler`` is kept; any other sampler is wrapped in ``ProxySampler``. An
+``DistributedSampler`` is kept; any other sampler is wrapped in ``DistributedProxySampler``. An
 ``IterableDataset`` is sharded by rank and worker with ``shard_iterable=True``.
-``num_workers`` is a per-node total; the loader gets a private generator, and the
+``num_workers`` is a per-node total (kept per process when smaller); the loader gets a private generator, and the
 returned ``AutoDataLoader`` advances its sampler's epoch on every new pass.
 """
 
@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Iterator, Sized
 from itertools import islice
 from types import FrameType
-from typing import TYPE_CHECKING, Any, TypeVar, final
+from typing import TYPE_CHECKING, Any, TypeVar, cast, final
 
 import torch
 from torch.utils.data import (
@@ -35,7 +35,7 @@ from torch.utils.data import (
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from .._errors import TrainingSetupError
-from ._sampler import EpochClock, ProxySampler, ShardSampler, rank_count, uneven_batches
+from ._sampler import DistributedProxySampler, EpochClock, ShardSampler, rank_count, uneven_batches
 
 if TYPE_CHECKING:
     from .._context import DistContext
@@ -93,6 +93,18 @@ class ShardedIterableDataset(IterableDataset[T]):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         shard = self.rank * workers + worker
         return islice(iter(self.dataset), shard, None, self.world_size * workers)
+
+
+def the_data(data: object, dataset: object, dataloader: object) -> Dataset[Any] | DataLoader[Any]:
+    """The one data argument among ``data``, ``dataset=`` (ignite) and ``dataloader=`` (the seed)."""
+    given = {"data": data, "dataset": dataset, "dataloader": dataloader}
+    passed = [k for k, v in given.items() if v is not None]
+    if len(passed) != 1:
+        raise TypeError(
+            "auto_dataloader takes its data once: positionally, as dataset= or as dataloader=; "
+            f"got {', '.join(passed) or 'none of them'}"
+        )
+    return cast("Dataset[Any] | DataLoader[Any]", given[passed[0]])
 
 
 def auto_dataloader(ctx: DistContext, data: Dataset[T] | DataLoader[T], **kwargs: Any) -> AutoDataLoader[T]:
@@ -214,7 +226,7 @@ def _build(ctx: DistContext, dataset: Any, kw: dict[str, Any]) -> AutoDataLoader
     workers = kw.get("num_workers", 0)
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
         raise TrainingSetupError(f"num_workers must be an int >= 0, got {workers!r}")
-    if workers > 0:
+    if workers >= ctx.nproc_per_node > 1:  # a per-node total, as in ignite (fewer are kept per process)
         kw["num_workers"] = -(-workers // ctx.nproc_per_node)
     kw["pin_memory"] = ctx._loader_pin_memory(kw.get("pin_memory"))
     user_gen = kw.get("generator")
@@ -275,7 +287,7 @@ def _sampler(
         "num_replicas": world, "rank": rank, "seed": seed, "drop_last": drop_last,
         "even_batches": even_batches, "batch_size": b,
     }  # fmt: skip
-    made: ShardSampler | ProxySampler
+    made: ShardSampler | DistributedProxySampler
     if sampler is None:
         if not isinstance(dataset, Sized):
             raise TrainingSetupError(
@@ -283,7 +295,7 @@ def _sampler(
             )
         made = ShardSampler(dataset, shuffle=bool(shuffle), **common)
     else:
-        made = ProxySampler(sampler, **common)
+        made = DistributedProxySampler(sampler, **common)
     if world > 1 and not drop_last and uneven_batches(made.total_size, world, b):
         first = -(-rank_count(made.total_size, world, 0) // (b or 1))
         _warn(

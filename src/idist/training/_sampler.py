@@ -18,7 +18,7 @@ from typing import Any, Protocol, cast, final
 import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
-from .._errors import TrainingSetupError
+from .._errors import TrainingSetupError, UnsupportedSamplerError
 
 
 class _Seeded(Protocol):
@@ -123,8 +123,10 @@ class ShardSampler(_ShardedBase):
 
 
 @final
-class ProxySampler(_ShardedBase):
-    """Rank ``rank``'s share of what ``sampler`` yields in this epoch.
+class DistributedProxySampler(_ShardedBase):
+    """Rank ``rank``'s share of what ``sampler`` yields in this epoch (ignite's name and signature).
+
+    ``num_replicas`` and ``rank`` default to the current context's world size and rank.
 
     ``sampler`` runs with a private ``generator`` (when it has that attribute, as every
     torch sampler does) and with the global torch and ``random`` RNGs forked and seeded
@@ -134,17 +136,24 @@ class ProxySampler(_ShardedBase):
     """
 
     def __init__(
-        self, sampler: Sampler[Any], *, num_replicas: int, rank: int, seed: int = 0, drop_last: bool = False,
-        even_batches: bool = False, batch_size: int | None = None,
+        self, sampler: Sampler[Any], num_replicas: int | None = None, rank: int | None = None, *, seed: int = 0,
+        drop_last: bool = False, even_batches: bool = False, batch_size: int | None = None,
     ) -> None:  # fmt: skip
         if not isinstance(sampler, Sampler):
-            raise TrainingSetupError(f"sampler must be a torch.utils.data.Sampler, got {type(sampler).__name__}")
+            raise UnsupportedSamplerError(f"sampler must be a torch.utils.data.Sampler, got {type(sampler).__name__}")
         if isinstance(sampler, DistributedSampler):
-            raise TrainingSetupError("this sampler is already a DistributedSampler; pass it as it is")
+            raise UnsupportedSamplerError("this sampler is already a DistributedSampler; pass it as it is")
         if not isinstance(sampler, Sized):
-            raise TrainingSetupError(
+            raise UnsupportedSamplerError(
                 f"{type(sampler).__name__} has no __len__; a sampler shared out between ranks needs a fixed length"
             )
+        if num_replicas is None or rank is None:
+            # deferred: the context stack sits above training (it imports the backends, which import this)
+            from .._stack import current
+
+            ctx = current()
+            num_replicas = ctx.world_size if num_replicas is None else num_replicas
+            rank = ctx.rank if rank is None else rank
         self.sampler = sampler
         super().__init__(
             len(sampler), sampler, num_replicas=num_replicas, rank=rank, shuffle=False, seed=seed,

@@ -47,6 +47,10 @@ class HorovodContext(DistContext[HorovodComm]):
         return _create.is_available()
 
     @classmethod
+    def unavailable_reason(cls, name: str) -> str:
+        return _lib.INSTALL_HINT
+
+    @classmethod
     def adopt(cls) -> Self | None:
         return _create.adopt(cls)
 
@@ -144,18 +148,18 @@ class HorovodContext(DistContext[HorovodComm]):
 
     # ------------------------------------------------------------- collectives
     @overload
-    def all_reduce(self, x: TensorT, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> TensorT: ...
+    def all_reduce(self, tensor: TensorT, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> TensorT: ...
     @overload
-    def all_reduce(self, x: bool, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> bool: ...
+    def all_reduce(self, tensor: bool, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> bool: ...
     @overload
-    def all_reduce(self, x: int, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> int: ...
+    def all_reduce(self, tensor: int, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> int: ...
     @overload
-    def all_reduce(self, x: float, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> float: ...
-    def all_reduce(self, x: object, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> object:
+    def all_reduce(self, tensor: float, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> float: ...
+    def all_reduce(self, tensor: object, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> object:
         """As ``DistContext.all_reduce``, plus ``op="ADASUM"`` for floating-point tensors."""
         if op == "ADASUM":
-            return self._adasum(x, group)
-        return self._all_reduce(x, op, group)
+            return self._adasum(tensor, group)
+        return self._all_reduce(tensor, op, group)
 
     def _group_ranks(self, group: object) -> tuple[int, ...]:
         if isinstance(group, Group):

@@ -47,6 +47,10 @@ class NativeContext(DistContext[NativeComm]):
         return _create.is_available(name)
 
     @classmethod
+    def unavailable_reason(cls, name: str) -> str:
+        return _create.unavailable_reason(name)
+
+    @classmethod
     def adopt(cls) -> Self | None:
         return _create.adopt(cls)
 
@@ -86,6 +90,8 @@ class NativeContext(DistContext[NativeComm]):
         return NativeComm(pg, ranks, grank, world.guard, stage=world.stage, key=key)
 
     def _native_group_comm(self, group: object) -> NativeComm | None:
+        if type(group) is int and group == dist.GroupMember.NON_GROUP_MEMBER:
+            return None  # what torch.distributed.new_group gives a rank outside the group
         if not isinstance(group, dist.ProcessGroup):
             return super()._native_group_comm(group)
         key = (-1, id(group))

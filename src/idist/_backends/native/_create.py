@@ -27,6 +27,10 @@ C = TypeVar("C", bound="NativeContext")
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
 LOOPBACK = "127.0.0.1"
 
+#: ignite's ``set_local_rank``: the local rank of this process when a group is adopted and
+#: no launcher variable says it (process-wide, as in ignite)
+_local_rank_hint: list[int] = []
+
 #: ids of the default groups that an idist context created: those are never "adopted"
 #: by another thread's current(), which must not see a context scoped elsewhere.
 CREATED: set[int] = set()
@@ -42,15 +46,18 @@ def is_available(name: str) -> bool:
     return dist.is_mpi_available()
 
 
-def _check_available(name: str) -> None:
-    if is_available(name):
-        return
+def unavailable_reason(name: str) -> str:
     if name == "nccl" and not torch.cuda.is_available():
-        raise BackendUnavailableError("backend 'nccl' needs CUDA, and no CUDA device is visible; use 'gloo' on CPU")
-    raise BackendUnavailableError(
+        return "backend 'nccl' needs CUDA, and no CUDA device is visible; use 'gloo' on CPU"
+    return (
         f"backend {name!r} is not built into this torch ({torch.__version__}); "
         "use 'gloo', or install a torch build with it"
     )
+
+
+def _check_available(name: str) -> None:
+    if not is_available(name):
+        raise BackendUnavailableError(unavailable_reason(name))
 
 
 def _timeout(value: float | datetime.timedelta | None) -> datetime.timedelta:
@@ -139,12 +146,18 @@ def create(
         )
     td = _timeout(timeout)
     explicit = rank is not None or world_size is not None or store is not None
-    info = _explicit_info(rank, world_size, master_addr, master_port) if explicit else detect(os.environ)
+    # an init_method other than env:// is the rendezvous itself: MASTER_* are not needed
+    own_rendezvous = init_method is not None and not init_method.startswith("env://")
+    info: LaunchInfo | None = (
+        _explicit_info(rank, world_size, master_addr, master_port)
+        if explicit
+        else detect(os.environ, need_master=not own_rendezvous)
+    )
     if info is None:
-        if init_method is not None:
-            raise LaunchEnvironmentError(f"init_method={init_method!r} needs rank= and world_size=")
         info = _explicit_info(0, 1, LOOPBACK, None)
         info = attrs.evolve(info, launcher="none", decided_by={"world": "no launcher found: one process"})
+    if init_method is not None:
+        info = attrs.evolve(info, decided_by={**info.decided_by, "master": f"init_method={init_method}"})
     world = info.topology.world_size
     if store is None and init_method is None:
         addr = master_addr or info.master_addr or LOOPBACK
@@ -191,6 +204,8 @@ def adopt(cls: type[C]) -> C | None:
         env = None
     if env is None or (env.topology.rank, env.topology.world_size) != (rank, world):
         env = _explicit_info(rank, world, None, None)
+    if _local_rank_hint and env.decided_by.get("local_rank", "RANK") in ("RANK", "argument"):
+        env = _hinted(env, _local_rank_hint[-1])
     env = attrs.evolve(env, launcher=f"adopted torch.distributed ({env.launcher})")
     try:
         store: Store | None = dist.distributed_c10d._get_default_store()
@@ -198,6 +213,28 @@ def adopt(cls: type[C]) -> C | None:
         store = None
     backend = name if name in ("gloo", "nccl", "mpi") else "gloo"
     return _build(cls, backend, pg, store, env, DEFAULT_TIMEOUT, owns_default=False)
+
+
+def set_local_rank_hint(index: int) -> None:
+    _local_rank_hint[:] = [index]
+
+
+def _hinted(info: LaunchInfo, local_rank: int) -> LaunchInfo:
+    """``info`` with the local rank that ``set_local_rank`` gave (processes per node from
+    ``LOCAL_WORLD_SIZE``, else the whole world)."""
+    t = info.topology
+    nproc = int(os.environ.get("LOCAL_WORLD_SIZE", t.world_size))
+    if not 0 <= local_rank < nproc:
+        raise LaunchEnvironmentError(
+            f"set_local_rank({local_rank}) is outside 0..{nproc - 1} ({nproc} processes per node); "
+            "pass this process's index among the processes of its node"
+        )
+    topology = Topology(
+        rank=t.rank, world_size=t.world_size, local_rank=local_rank, nproc_per_node=nproc,
+        node_rank=t.rank // nproc, nnodes=max(1, -(-t.world_size // nproc)),
+    )  # fmt: skip
+    decided = {**info.decided_by, "local_rank": f"set_local_rank({local_rank})"}
+    return attrs.evolve(info, topology=topology, decided_by=decided)
 
 
 def create_in_process(

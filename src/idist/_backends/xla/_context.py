@@ -56,6 +56,10 @@ class XlaContext(DistContext[XlaComm]):
         return _lib.installed()
 
     @classmethod
+    def unavailable_reason(cls, name: str) -> str:
+        return _lib.INSTALL_HINT
+
+    @classmethod
     def adopt(cls) -> Self | None:
         return _create.adopt(cls)
 
