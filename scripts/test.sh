@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, types, tests, properties, then the backend lanes.
 # This is the README's test command; .ci/run calls exactly this.
+#   bash scripts/test.sh                  everything (what CI runs)
+#   bash scripts/test.sh --quick          ruff, mypy and the tests not marked slow (< 2 min):
+#                                         no system launchers, no lanes
+#   bash scripts/test.sh [--quick] ARGS   ARGS go to pytest (paths, -k, -x, ...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+args=()
+for arg in "$@"; do
+  if [ "$arg" = --quick ]; then quick=1; else args+=("$arg"); fi
+done
 bash scripts/setup-venv.sh
-bash scripts/setup-system.sh  # mpirun and slurm for the launcher tests (skip if impossible)
+if [ "$quick" = 0 ]; then
+  bash scripts/setup-system.sh  # mpirun and slurm for the launcher tests (skip if impossible)
+fi
 PY=.venv/bin/python
 export PYTHONHASHSEED=0
 
@@ -13,9 +24,14 @@ echo "== ruff"
 "$PY" -m ruff format --check .
 echo "== mypy (strict)"
 "$PY" -m mypy
-echo "== pytest (tests + properties)"
+if [ "$quick" = 1 ]; then
+  echo "== pytest (tests + properties, not slow)"
+  args=(-m "not slow" ${args[@]+"${args[@]}"})
+else
+  echo "== pytest (tests + properties)"
+fi
 set +e
-"$PY" -m pytest -q "$@"
+"$PY" -m pytest -q ${args[@]+"${args[@]}"}
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
@@ -23,6 +39,10 @@ if [ "$rc" -eq 5 ]; then
   exit 1
 fi
 [ "$rc" -eq 0 ] || exit "$rc"
+if [ "$quick" = 1 ]; then
+  echo "== quick tier green (the full run adds the slow tests and the lanes)"
+  exit 0
+fi
 
 for lane in scripts/lanes/*.sh; do
   [ -e "$lane" ] || continue
