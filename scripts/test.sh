@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite: lint, types, tests, properties, then the backend lanes.
-# This is the README's test command; .ci/run calls exactly this.
+# The whole test suite: lint, types, tests, properties, the package check, then the
+# backend lanes. This is the README's test command; .ci/run calls exactly this.
 #   bash scripts/test.sh                  everything (what CI runs)
 #   bash scripts/test.sh --quick          ruff, mypy and the tests not marked slow (< 2 min):
-#                                         no system launchers, no lanes
+#                                         no system launchers, package check or lanes
 #   bash scripts/test.sh [--quick] ARGS   ARGS go to pytest (paths, -k, -x, ...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,9 +40,12 @@ if [ "$rc" -eq 5 ]; then
 fi
 [ "$rc" -eq 0 ] || exit "$rc"
 if [ "$quick" = 1 ]; then
-  echo "== quick tier green (the full run adds the slow tests and the lanes)"
+  echo "== quick tier green (the full run adds the slow tests, the package check and the lanes)"
   exit 0
 fi
+
+echo "== package"
+bash scripts/check-package.sh
 
 for lane in scripts/lanes/*.sh; do
   [ -e "$lane" ] || continue
