@@ -54,7 +54,7 @@ text = zipfile.ZipFile(wheel).read(meta).decode()
 assert "License-Expression: BSD-3-Clause" in text, "no License-Expression in the wheel's METADATA"
 members = {m.split("/", 1)[1] for m in tarfile.open(sdist).getnames() if "/" in m}
 missing = {
-    "LICENSE", "README.md", "src/idist/py.typed",
+    "LICENSE", "README.md", "CHANGELOG.md", "CONTRIBUTING.md", "src/idist/py.typed",
     "tests/conftest.py", "properties/conftest.py", "examples/train_digits.py",
 } - members
 assert not missing, f"sdist lacks {sorted(missing)}"
