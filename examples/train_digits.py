@@ -8,7 +8,8 @@ Run on 2 CPU processes (gloo), the same script runs serially with plain ``python
     ... examples/train_digits.py --epochs 6 --checkpoint /tmp/digits/ckpt.pt --resume
 
 Shows: ``auto_model`` / ``auto_optim`` / ``auto_dataloader`` (``--batch-size`` is the
-global batch), a progress bar on rank 0, per-epoch loss and accuracy reduced across
+global batch), progress bars on rank 0 when its output is a terminal (in a log file or CI:
+one line per epoch, ``--progress`` overrides), per-epoch loss and accuracy reduced across
 ranks exactly, a checkpoint written atomically by rank 0 after every epoch, and resuming
 from it (the loader's epoch is restored, so a resumed run sees the same shuffles as an
 uninterrupted one and ends with the same weights).
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -57,13 +59,19 @@ def save_atomically(state: dict[str, Any], path: Path) -> None:
         raise
 
 
+def show_bars(choice: str) -> bool:
+    """Bars redraw a terminal line in place; written to a file or a pipe, every redraw would
+    be a line of its own, so there the per-epoch lines are the only progress shown."""
+    return choice == "bar" or (choice == "auto" and sys.stderr.isatty())
+
+
 def run_epoch(
-    ctx: idist.DistContext, model: nn.Module, loader: Any, opt: torch.optim.Optimizer | None
+    ctx: idist.DistContext, model: nn.Module, loader: Any, opt: torch.optim.Optimizer | None, bars: bool
 ) -> tuple[float, float]:
     """One pass; returns (mean loss, accuracy) over every rank's samples (exact sums)."""
     model.train(opt is not None)
     loss_sum, correct, count = 0.0, 0, 0
-    bar = tqdm(loader, disable=ctx.rank != 0, leave=False, desc="train" if opt else "eval")
+    bar = tqdm(loader, disable=ctx.rank != 0 or not bars, leave=False, desc="train" if opt else "eval")
     with torch.set_grad_enabled(opt is not None):
         for x, y in bar:
             x, y = x.to(ctx.device), y.to(ctx.device)
@@ -89,8 +97,13 @@ def main() -> None:
     p.add_argument("--checkpoint", type=Path, default=Path(tempfile.gettempdir()) / "idist-digits" / "ckpt.pt")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--metrics-out", type=Path, help="rank 0 writes the per-epoch metrics here (JSON)")
+    p.add_argument(
+        "--progress", choices=("auto", "bar", "epoch"), default="auto",
+        help="progress bars (bar) or one line per epoch (epoch); auto: bars when stderr is a terminal",
+    )  # fmt: skip
     args = p.parse_args()
 
+    bars = show_bars(args.progress)
     ctx = idist.initialize()  # gloo under torchrun / idist run, serial under plain python
     try:
         train_set, test_set = digits()
@@ -115,8 +128,8 @@ def main() -> None:
             )
         history = []
         for epoch in range(start + 1, args.epochs + 1):
-            train_loss, train_acc = run_epoch(ctx, model, train_loader, opt)
-            test_loss, test_acc = run_epoch(ctx, model, test_loader, None)
+            train_loss, train_acc = run_epoch(ctx, model, train_loader, opt, bars)
+            test_loss, test_acc = run_epoch(ctx, model, test_loader, None, bars)
             history.append({"epoch": epoch, "train_loss": train_loss, "train_acc": train_acc, "test_acc": test_acc})
             if ctx.rank == 0:
                 print(

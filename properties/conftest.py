@@ -40,3 +40,13 @@ def runner(request: pytest.FixtureRequest) -> Iterator[Runner]:
         yield world
     finally:
         world.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Properties on a runner other than simulated threads are ``slow`` (the process pool
+    costs ~20 s of the suite's ~40 s); the quick tier runs them on threads only."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)  # a pytest.Function's parametrization
+        spec = callspec.params.get("runner") if callspec is not None else None
+        if isinstance(spec, RunnerSpec) and spec.name != "threads":
+            item.add_marker(pytest.mark.slow)

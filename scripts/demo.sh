@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh
 ckpt_dir=$(mktemp -d)
 trap 'rm -rf "$ckpt_dir"' EXIT
+# torchrun sets 1 anyway, with a banner that says so on every run unless it is set already
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 run=(.venv/bin/python -m torch.distributed.run --standalone --nproc_per_node 2
      examples/train_digits.py --checkpoint "$ckpt_dir/digits.pt")
 "${run[@]}" --epochs 3 "$@"

@@ -10,6 +10,54 @@ import pytest
 # the multi-process harness lives beside the tests
 sys.path.insert(0, str(Path(__file__).parent))
 
+# The `slow` marker, kept here rather than on each test so that test files need no edits.
+# A test is slow when it starts processes: ranks (spawn, Parallel, torchrun, idist run,
+# ProcessWorld), real launchers, examples, or a fresh interpreter (~3 s each for torch's
+# import alone). In-process tests (serial, simulated thread ranks, environment parsing)
+# stay in the quick tier, `bash scripts/test.sh --quick` (-m "not slow"). Measured with
+# `pytest --durations=0`: the modules below take 2-115 s each, the rest 0-6 s in all.
+# A new module or test that starts processes belongs in one of these lists.
+SLOW_MODULES = {
+    "test_bad_input_gloo.py",
+    "test_collectives_gloo.py",
+    "test_failures.py",
+    "test_ignite_compat.py",
+    "test_launch_cli.py",
+    "test_launch_examples.py",
+    "test_launch_parallel.py",
+    "test_launch_spawn.py",
+    "test_launchers_real.py",
+    "test_torchrun.py",
+    "test_training_examples.py",
+    "test_training_gloo.py",
+}
+# In modules that are mostly in-process: the tests that start processes (a prefix of
+# "module.py::test_name", so every parametrization is covered).
+SLOW_TESTS = (
+    "test_exit.py::test_a_script_that_never_finalizes_exits_cleanly",
+    "test_optional_backends.py::test_importing_idist_and_the_backend_never_imports_the_package",
+    "test_launch_driven.py::test_spawned_native_ranks_drop_an_enclosing_xla_launchers_variables",
+    "test_launch_driven.py::test_initialize_in_a_fresh_interpreter_stays_serial_without_a_launcher",
+    "test_testing_pool.py::test_runs_on_real_processes_in_rank_order",
+    "test_testing_pool.py::test_any_dtype_travels_back",
+    "test_testing_pool.py::test_a_failing_rank_is_named_and_the_pool_survives",
+    "test_testing_pool.py::test_a_rank_stuck_after_a_failure_restarts_the_pool",
+    "test_testing_pool.py::test_a_timeout_names_the_rank_and_stops_the_processes",
+    "test_testing_pool.py::test_the_plugin_gives_users_a_simulated_world",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        path = Path(item.path)
+        if not path.is_relative_to(here):
+            continue
+        rel = path.relative_to(here).as_posix()
+        node = rel + "::" + item.nodeid.split("::", 1)[-1]
+        if rel in SLOW_MODULES or node.startswith(SLOW_TESTS) or rel.startswith(("horovod/", "xla/")):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture
 def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:

@@ -6,11 +6,15 @@ end with the same weights (the loader's epoch is restored with the checkpoint).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
 import signal
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 import pytest
@@ -77,3 +81,47 @@ def test_train_digits_trains_checkpoints_and_resumes(tmp_path: Path) -> None:
     for name, tensor in a["model"].items():
         torch.testing.assert_close(b["model"][name], tensor, rtol=0, atol=1e-6)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json", "split.pt", "straight.pt"]  # no temp left
+
+
+def run_on_terminal(args: list[str], timeout: float = 120) -> str:
+    """Run with stdout and stderr on a 24x100 pseudo-terminal; returns what it showed."""
+    main, sub = pty.openpty()
+    fcntl.ioctl(sub, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 0 columns: tqdm draws nothing
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=sub, stderr=sub, start_new_session=True)
+    os.close(sub)
+    chunks = []
+    try:
+        while True:
+            try:
+                data = os.read(main, 65536)
+            except OSError:  # EIO: every writer closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        proc.wait(timeout=timeout)
+    finally:
+        os.close(main)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    out = b"".join(chunks).decode(errors="replace")
+    assert proc.returncode == 0, f"{args} failed ({proc.returncode}):\n{out}"
+    return out
+
+
+@pytest.mark.timeout(300)
+def test_train_digits_progress_suits_its_sink(tmp_path: Path) -> None:
+    """Bars on a terminal; in a pipe (a log file, CI) one line per epoch and no bar."""
+    args = [sys.executable, str(EXAMPLES / "train_digits.py"), "--epochs", "2", "--checkpoint", str(tmp_path / "c.pt")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    piped = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=True)
+    assert [line.split(":")[0] for line in piped.stdout.splitlines() if line.startswith("epoch")] == [
+        "epoch 1",
+        "epoch 2",
+    ]
+    assert "train:" not in piped.stderr and "\r" not in piped.stderr + piped.stdout, piped.stderr
+    shown = run_on_terminal([*args, "--epochs", "3", "--resume"])
+    assert "\rtrain:" in shown and "\reval:" in shown  # bars redrawn in place
+    assert "epoch 3:" in shown
