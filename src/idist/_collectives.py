@@ -8,6 +8,7 @@ work. A backend context contributes the tensor primitives (``_allreduce_tensor``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -83,6 +84,18 @@ def _gathered_tensors(x: object, values: list[object], ranks: tuple[int, ...]) -
     if isinstance(x, torch.Tensor) and x.device.type != "cpu":
         tensors = [t.to(x.device) for t in tensors]
     return tensors
+
+
+def with_shapes(gathered: list[torch.Tensor], shapes: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+    """``gathered``, once each rank's tensor is checked against its declared shape (the same on every rank)."""
+    want = [tuple(int(d) for d in s) for s in shapes]
+    got = [tuple(t.shape) for t in gathered]
+    if want != got:
+        raise CollectiveInputError(
+            f"all_gather_tensors_with_shapes: the ranks' tensors have shapes {got}, not the declared {want}; "
+            "pass shapes= in group-rank order, one per rank"
+        )
+    return gathered
 
 
 def broadcast(ctx: DistContext[CommT], comm: CommT, x: object, src: int) -> object:

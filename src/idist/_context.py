@@ -22,7 +22,7 @@ from ._group import Group, check_ranks
 from ._log import visible_logger
 from ._reduce import check_op_name
 from ._types import GroupArg, ModelName, ReduceOp
-from .training import _dataloader, _model, _optim
+from .training import _dataloader, _model, _optim, _settings
 
 if TYPE_CHECKING:
     from torch import nn
@@ -220,14 +220,7 @@ class DistContext(ContextCore[CommT]):
         gathered = self.all_gather(tensor, group)
         if comm is None or comm.group_rank < 0:
             return gathered  # not a member (an XLA bystander takes part first): its own tensor back
-        want = [tuple(int(d) for d in s) for s in shapes]
-        got = [tuple(t.shape) for t in gathered]
-        if want != got:
-            raise CollectiveInputError(
-                f"all_gather_tensors_with_shapes: the ranks' tensors have shapes {got}, not the declared {want}; "
-                "pass shapes= in group-rank order, one per rank"
-            )
-        return gathered
+        return _collectives.with_shapes(gathered, shapes)
 
     def barrier(self, group: GroupArg = None) -> None:
         """Return only when every rank of the group has arrived."""
@@ -301,4 +294,4 @@ class DistContext(ContextCore[CommT]):
         overridden by ``kwargs``), positionally or as ``dataset=`` (ignite) / ``dataloader=``
         (the seed). Also ``per_rank_batch_size=``, ``seed=``, ``shard_iterable=``, ``even_batches=``.
         """
-        return _dataloader.auto_dataloader(self, _dataloader.the_data(data, dataset, dataloader), **kwargs)
+        return _dataloader.auto_dataloader(self, _settings.the_data(data, dataset, dataloader), **kwargs)

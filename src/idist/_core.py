@@ -65,6 +65,8 @@ class ContextCore(ABC, Generic[CommT]):
     EXACT_SUM_PAIRS: ClassVar[bool] = False
     #: a runtime of this backend can only be running (and be adopted) once this is imported
     ADOPTS_FROM: ClassVar[str | None] = None
+    #: how to install the optional package this backend needs (None: nothing to install)
+    INSTALL_HINT: ClassVar[str | None] = None
 
     def __attrs_post_init__(self) -> None:
         if self._state.owned:
@@ -94,7 +96,7 @@ class ContextCore(ABC, Generic[CommT]):
     @classmethod
     def unavailable_reason(cls, name: str) -> str:
         """Why backend ``name`` cannot run here, and what to do (asked when ``is_available`` is False)."""
-        return f"backend {name!r} cannot run here"
+        return cls.INSTALL_HINT or f"backend {name!r} cannot run here"
 
     @classmethod
     def adopt(cls) -> Self | None:

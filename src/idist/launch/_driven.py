@@ -23,8 +23,7 @@ from typing import Any
 import attrs
 
 from .. import _stack
-from .._backends.horovod import _lib as horovod_lib
-from .._backends.xla import _lib as xla_lib
+from .._backends import context_class
 from .._context import DistContext
 from .._errors import BackendUnavailableError, LaunchConfigError, LaunchError
 from ._plan import LaunchPlan, check_start_method
@@ -33,7 +32,6 @@ from ._reports import Reporter, ReportFolder
 
 #: backend -> (package that must be importable, module of its driver)
 DRIVEN = {"horovod": ("horovod", "._hvd_spawn"), "xla-tpu": ("torch_xla", "._xla_spawn")}
-INSTALL_HINTS = {"horovod": horovod_lib.INSTALL_HINT, "xla-tpu": xla_lib.INSTALL_HINT}
 
 
 @attrs.frozen(kw_only=True)
@@ -98,7 +96,7 @@ def run(job: Job) -> list[Any]:
     """
     package, _ = DRIVEN[job.backend]
     if not installed(package):
-        raise BackendUnavailableError(INSTALL_HINTS[job.backend])
+        raise BackendUnavailableError(context_class(job.backend).unavailable_reason(job.backend))
     with ReportFolder() as folder:
         return _run_in(attrs.evolve(job, reports=folder.path))
 

@@ -148,8 +148,7 @@ class DistributedProxySampler(_ShardedBase):
                 f"{type(sampler).__name__} has no __len__; a sampler shared out between ranks needs a fixed length"
             )
         if num_replicas is None or rank is None:
-            # deferred: the context stack sits above training (it imports the backends, which import this)
-            from .._stack import current
+            from .._stack import current  # deferred: _stack imports the backends, which import training
 
             ctx = current()
             num_replicas = ctx.world_size if num_replicas is None else num_replicas

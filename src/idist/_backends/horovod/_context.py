@@ -33,6 +33,7 @@ class HorovodContext(DistContext[HorovodComm]):
 
     MODEL_NAME = "horovod-dist"
     VALID_OPS = (*COMMON_OPS, "ADASUM")
+    INSTALL_HINT: ClassVar[str | None] = _lib.INSTALL_HINT
     ADOPTS_FROM: ClassVar[str | None] = "horovod.torch"
     #: True when this context called hvd.init() and must call hvd.shutdown() on close
     _owns_init: bool = attrs.field(repr=False, default=False, alias="_owns_init")
@@ -45,10 +46,6 @@ class HorovodContext(DistContext[HorovodComm]):
     @classmethod
     def is_available(cls, name: str) -> bool:
         return _create.is_available()
-
-    @classmethod
-    def unavailable_reason(cls, name: str) -> str:
-        return _lib.INSTALL_HINT
 
     @classmethod
     def adopt(cls) -> Self | None:

@@ -41,6 +41,7 @@ class XlaContext(DistContext[XlaComm]):
     """An XLA device (TPU, GPU or CPU through PJRT) and the replica this thread runs."""
 
     MODEL_NAME = "xla-dist"
+    INSTALL_HINT: ClassVar[str | None] = _lib.INSTALL_HINT
     ADOPTS_FROM: ClassVar[str | None] = "torch_xla"
 
     #: the runtime's device type: "TPU", "CUDA", "CPU"...
@@ -54,10 +55,6 @@ class XlaContext(DistContext[XlaComm]):
     @classmethod
     def is_available(cls, name: str) -> bool:
         return _lib.installed()
-
-    @classmethod
-    def unavailable_reason(cls, name: str) -> str:
-        return _lib.INSTALL_HINT
 
     @classmethod
     def adopt(cls) -> Self | None:

@@ -1,0 +1,130 @@
+"""The module-level collectives, rank-only and training helpers: each is ``current().<method>(...)``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar, overload
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from . import _rank_only
+from ._group import Group
+from ._stack import current
+from ._types import GroupArg, ReduceOp
+from .training import AutoDataLoader, _settings
+
+T = TypeVar("T")
+TensorT = TypeVar("TensorT", bound=torch.Tensor)
+F = TypeVar("F", bound=Callable[..., Any])
+OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
+
+
+# -------------------------------------------------------------- collectives
+@overload
+def all_reduce(tensor: TensorT, op: ReduceOp = "SUM", group: GroupArg = None) -> TensorT: ...
+@overload
+def all_reduce(tensor: bool, op: ReduceOp = "SUM", group: GroupArg = None) -> bool: ...
+@overload
+def all_reduce(tensor: int, op: ReduceOp = "SUM", group: GroupArg = None) -> int: ...
+@overload
+def all_reduce(tensor: float, op: ReduceOp = "SUM", group: GroupArg = None) -> float: ...
+def all_reduce(tensor: Any, op: ReduceOp = "SUM", group: GroupArg = None) -> Any:
+    """``current().all_reduce(tensor, op, group)``; see ``DistContext.all_reduce``."""
+    return current().all_reduce(tensor, op, group)
+
+
+@overload
+def all_gather(tensor: torch.Tensor, group: GroupArg = None) -> list[torch.Tensor]: ...
+@overload
+def all_gather(tensor: T, group: GroupArg = None) -> list[T]: ...
+def all_gather(tensor: Any, group: GroupArg = None) -> list[Any]:
+    """``current().all_gather(tensor, group)``: one entry per rank, in rank order."""
+    return current().all_gather(tensor, group)
+
+
+@overload
+def broadcast(tensor: None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> Any: ...
+@overload
+def broadcast(tensor: T | None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> T: ...
+def broadcast(tensor: object, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> object:
+    """``current().broadcast(tensor, src, group)``: every rank returns ``src``'s value."""
+    return current().broadcast(tensor, src, group, safe_mode=safe_mode)
+
+
+def barrier(group: GroupArg = None) -> None:
+    current().barrier(group)
+
+
+def sync(group: GroupArg = None) -> None:
+    current().sync(group)
+
+
+def new_group(ranks: Sequence[int]) -> Group:
+    """A group of these global ranks for ``group=``; ``.rank()`` is -1 outside it."""
+    return current().new_group(ranks)
+
+
+def all_gather_tensors_with_shapes(
+    tensor: torch.Tensor, shapes: Sequence[Sequence[int]], group: GroupArg = None
+) -> list[torch.Tensor]:
+    """``current().all_gather_tensors_with_shapes(tensor, shapes, group)`` (ignite's name)."""
+    return current().all_gather_tensors_with_shapes(tensor, shapes, group)
+
+
+def timeout(seconds: float) -> AbstractContextManager[None]:
+    """``with idist.timeout(s):`` bounds each collective in the block (see ``DistContext.timeout``)."""
+    return current().timeout(seconds)
+
+
+def any_rank_failed(failed: bool, group: GroupArg = None) -> bool:
+    """True on every rank when ``failed`` is true on any rank."""
+    return current().any_rank_failed(failed, group)
+
+
+# -------------------------------------------------------- rank-only helpers
+def one_rank_only(rank: int = 0, with_barrier: bool = True) -> Callable[[F], F]:
+    """Decorator: run on ``rank`` only (others return None), then barrier by default.
+
+    The context is looked up when the function is called, not when it is decorated.
+    """
+    return _rank_only.one_rank_only(current, rank, with_barrier)
+
+
+def one_rank_first(rank: int = 0, local: bool = False) -> AbstractContextManager[None]:
+    """``with idist.one_rank_first():`` rank ``rank`` runs the block before the others."""
+    return _rank_only.one_rank_first(current, rank, local)
+
+
+# --------------------------------------------------------- training helpers
+def auto_model(model: torch.nn.Module, sync_bn: bool = False, **kwargs: Any) -> torch.nn.Module:
+    """``current().auto_model(model, sync_bn, **kwargs)``: on the device, DDP when distributed."""
+    return current().auto_model(model, sync_bn, **kwargs)
+
+
+def auto_optim(optimizer: OptimizerT, **kwargs: Any) -> OptimizerT:
+    """``current().auto_optim(optimizer, **kwargs)``: unchanged on serial and torch.distributed."""
+    return current().auto_optim(optimizer, **kwargs)
+
+
+@overload
+def auto_dataloader(
+    data: Dataset[T] | DataLoader[T], /, *, dataset: None = None, dataloader: None = None, **kwargs: Any
+) -> AutoDataLoader[T]: ...
+@overload
+def auto_dataloader(
+    data: None = None, /, *, dataset: Dataset[T], dataloader: None = None, **kwargs: Any
+) -> AutoDataLoader[T]: ...
+@overload
+def auto_dataloader(
+    data: None = None, /, *, dataset: None = None, dataloader: DataLoader[T], **kwargs: Any
+) -> AutoDataLoader[T]: ...
+def auto_dataloader(
+    data: object = None, /, *, dataset: object = None, dataloader: object = None, **kwargs: Any
+) -> AutoDataLoader[Any]:
+    """``current().auto_dataloader(data, **kwargs)``: this rank's share; ``batch_size`` is global.
+
+    The data goes positionally, as ``dataset=`` (ignite) or as ``dataloader=`` (the seed).
+    """
+    return current().auto_dataloader(_settings.the_data(data, dataset, dataloader), **kwargs)

@@ -1,0 +1,71 @@
+"""Reading a ``DataLoader``'s settings back, so ``auto_dataloader`` can rebuild it per rank."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar, cast
+
+from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler
+from torch.utils.data._utils.collate import default_collate, default_convert
+
+T = TypeVar("T")
+
+
+def the_data(data: object, dataset: object, dataloader: object) -> Dataset[Any] | DataLoader[Any]:
+    """The one data argument among ``data``, ``dataset=`` (ignite) and ``dataloader=`` (the seed)."""
+    given = {"data": data, "dataset": dataset, "dataloader": dataloader}
+    passed = [k for k, v in given.items() if v is not None]
+    if len(passed) != 1:
+        raise TypeError(
+            "auto_dataloader takes its data once: positionally, as dataset= or as dataloader=; "
+            f"got {', '.join(passed) or 'none of them'}"
+        )
+    return cast("Dataset[Any] | DataLoader[Any]", given[passed[0]])
+
+
+def settings_of(loader: DataLoader[T]) -> tuple[Dataset[T], dict[str, Any]]:
+    """The keyword arguments that rebuild ``loader`` (its sampler as shuffle= when standard)."""
+    kw: dict[str, Any] = {
+        "num_workers": loader.num_workers, "timeout": loader.timeout, "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context, "generator": loader.generator,
+        "persistent_workers": loader.persistent_workers, "pin_memory_device": loader.pin_memory_device,
+    }  # fmt: skip
+    if loader.pin_memory:
+        kw["pin_memory"] = True
+    if loader.collate_fn not in (default_collate, default_convert):
+        kw["collate_fn"] = loader.collate_fn
+    if loader.num_workers > 0:
+        kw["prefetch_factor"] = loader.prefetch_factor
+    if hasattr(loader, "in_order"):
+        kw["in_order"] = loader.in_order
+    if loader.batch_size is None and loader.batch_sampler is not None:
+        kw["batch_sampler"] = loader.batch_sampler
+        return loader.dataset, kw
+    kw["batch_size"] = loader.batch_size
+    kw["drop_last"] = loader.drop_last
+    if isinstance(loader.dataset, IterableDataset):
+        return loader.dataset, kw
+    sampler = loader.sampler
+    if type(sampler) is SequentialSampler:
+        kw["shuffle"] = False
+    elif type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None:
+        kw["shuffle"] = True
+        if sampler.generator is not None:
+            kw["seed"] = sampler.generator.initial_seed()
+    else:
+        kw["sampler"] = sampler
+    return loader.dataset, kw
+
+
+def merge(derived: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The loader's settings, overridden by the caller's (a new sampler replaces the old one)."""
+    out = dict(derived)
+    if any(k in kwargs for k in ("sampler", "shuffle", "batch_sampler")):
+        for k in ("sampler", "shuffle", "batch_sampler", "seed"):
+            out.pop(k, None)
+    if "batch_sampler" in kwargs:
+        out.pop("batch_size", None)
+        out.pop("drop_last", None)
+    if "per_rank_batch_size" in kwargs:
+        out.pop("batch_size", None)
+    out.update(kwargs)
+    return out
