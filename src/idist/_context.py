@@ -17,10 +17,9 @@ import torch
 
 from . import _collectives, _rank_only
 from ._core import CommT, ContextCore
-from ._errors import CollectiveInputError
+from ._errors import IdistError
 from ._group import Group, check_ranks
 from ._log import visible_logger
-from ._reduce import check_op_name
 from ._types import GroupArg, ModelName, ReduceOp
 from .training import _dataloader, _model, _optim, _settings
 
@@ -108,21 +107,15 @@ class DistContext(ContextCore[CommT]):
         With no logging configured, rank 0 prints it to stderr (as ignite does); with
         logging configured, the record goes to the application's handlers once.
         """
-        t = self.topology
         lines = [
             f"distributed configuration: {self.MODEL_NAME} ({type(self).__name__})",
             f"backend: {self.backend}",
             f"device: {self.device}",
             f"hostname: {self.hostname()}",
-            f"world size: {t.world_size}",
-            f"rank: {t.rank}",
-            f"local rank: {t.local_rank}",
-            f"num processes per_node: {t.nproc_per_node}",
-            f"num nodes: {t.nnodes}",
-            f"node rank: {t.node_rank}",
+            *self.topology.lines(),
+            *(f"decided by: {k}: {v}" for k, v in self.config.items()),
         ]
-        lines += [f"decided by: {k}: {v}" for k, v in self.config.items()]
-        visible_logger("idist.config").info("\n".join(lines), extra={"idist_rank": t.rank})
+        visible_logger("idist.config").info("\n".join(lines), extra={"idist_rank": self.rank})
 
     # ------------------------------------------------------------------ groups
     def new_group(self, ranks: Sequence[int]) -> Group:
@@ -151,12 +144,22 @@ class DistContext(ContextCore[CommT]):
         """
         return self._all_reduce(tensor, op, group)
 
+    def _enter(self, group: GroupArg) -> tuple[CommT | None, IdistError | None]:
+        """The comm of ``group`` (None: not a member); for a bad group, the world's and the error."""
+        self._check_open()
+        try:
+            return self._comm(group), None
+        except IdistError as exc:
+            return self._state.world, exc
+
     def _all_reduce(self, x: object, op: str, group: GroupArg) -> object:
-        name = check_op_name(op, self.VALID_OPS, self.backend)
-        comm = self._comm(group)
-        if comm is None:
+        comm, error = self._enter(group)
+        name, error = _collectives.checked_op(self, comm is not None, x, op, error)
+        if comm is None:  # not a member: nobody waits for this rank
+            if error is not None:
+                raise error
             return x
-        self._checkpoint(comm, "all_reduce", name, value=x)
+        self._checkpoint(comm, "all_reduce", name, value=x, error=error)
         return _collectives.all_reduce(self, comm, x, name)
 
     @overload
@@ -173,10 +176,10 @@ class DistContext(ContextCore[CommT]):
         return self._all_gather(tensor, group)
 
     def _all_gather(self, x: object, group: GroupArg) -> list[Any]:
-        comm = self._comm(group)
+        comm, error = self._enter(group)
         if comm is None:
             return [x]
-        self._checkpoint(comm, "all_gather", value=x)
+        self._checkpoint(comm, "all_gather", value=x, error=error)
         return _collectives.all_gather(comm, x)
 
     @overload
@@ -195,16 +198,13 @@ class DistContext(ContextCore[CommT]):
         return self._broadcast(tensor, src, group)
 
     def _broadcast(self, x: object, src: int, group: GroupArg) -> object:
-        comm = self._comm(group)
-        if not isinstance(src, int) or isinstance(src, bool) or src < 0 or src >= self.world_size:
-            raise CollectiveInputError(f"broadcast src must be a global rank in 0..{self.world_size - 1}, got {src!r}")
-        if comm is None:
+        comm, error = self._enter(group)
+        error = error or _collectives.src_error(src, self.world_size, None if comm is None else comm.ranks)
+        if comm is None:  # not a member: nobody waits for this rank
+            if error is not None:
+                raise error
             return x
-        if src not in comm.ranks:
-            raise CollectiveInputError(
-                f"broadcast src {src} is not in the group {list(comm.ranks)}; pass a member rank"
-            )
-        self._checkpoint(comm, "broadcast", src=str(src))
+        self._checkpoint(comm, "broadcast", src=str(src), error=error)
         return _collectives.broadcast(self, comm, x, src)
 
     def all_gather_tensors_with_shapes(
@@ -224,9 +224,9 @@ class DistContext(ContextCore[CommT]):
 
     def barrier(self, group: GroupArg = None) -> None:
         """Return only when every rank of the group has arrived."""
-        comm = self._comm(group)
+        comm, error = self._enter(group)
         if comm is not None:
-            self._checkpoint(comm, "barrier")
+            self._checkpoint(comm, "barrier", error=error)
             self._barrier(comm)
 
     def sync(self, group: GroupArg = None) -> None:

@@ -15,6 +15,7 @@ __all__ = [
     "CollectiveMismatchError",
     "CollectiveTimeoutError",
     "ContextClosedError",
+    "GroupBrokenError",
     "LeaderFailedError",
     "PeerLostError",
     "IdistError",
@@ -22,6 +23,7 @@ __all__ = [
     "LaunchConfigError",
     "LaunchError",
     "ReduceOverflowError",
+    "RendezvousTimeoutError",
     "TrainingSetupError",
     "UnknownBackendError",
     "UnsupportedOpError",
@@ -46,7 +48,9 @@ class IdistError(Exception):
     │   └── LaunchConfigError        (ValueError)   spawn / Parallel / CLI arguments that cannot work
     ├── ContextClosedError           (RuntimeError) a context used after finalize()/its block
     ├── CollectiveTimeoutError       (TimeoutError) a collective did not complete in time (names the missing ranks)
+    ├── RendezvousTimeoutError       (TimeoutError) ranks (nodes) that did not join the rendezvous in time
     ├── PeerLostError                (ConnectionError) a peer died or closed its connection mid-collective
+    │   └── GroupBrokenError         (ConnectionError) the group is unusable: one rank failed, or a collective
     ├── LeaderFailedError            (RuntimeError) the leader of one_rank_first / one_rank_only raised
     └── TrainingSetupError           (ValueError)   auto_model / auto_optim / auto_dataloader options that cannot work
         └── UnsupportedSamplerError  (TypeError)    a sampler that cannot be shared out between ranks
@@ -141,8 +145,20 @@ class CollectiveTimeoutError(IdistError, TimeoutError):
     """A collective did not complete within its timeout; names the ranks that did not arrive."""
 
 
+class RendezvousTimeoutError(IdistError, TimeoutError):
+    """Not every rank joined the rendezvous in time; names the missing ranks and their nodes."""
+
+
 class PeerLostError(IdistError, ConnectionError):
     """A peer died or closed its connection in the middle of a collective."""
+
+
+class GroupBrokenError(PeerLostError):
+    """The group cannot be used any more: a rank failed on its own, or a collective failed.
+
+    Raised by every later call on every rank, and by the peers of a rank whose input was bad
+    where they could not have agreed on it; the message names the rank and its error.
+    """
 
 
 class LeaderFailedError(IdistError, RuntimeError):
