@@ -42,6 +42,11 @@ def _raw(tag: Tag, payload: bytes, code: int = 0) -> Frame:
 
 
 def _tensor_code(t: torch.Tensor) -> int:
+    if t.is_meta:
+        raise UnsupportedValueError(
+            "cannot use a tensor on the meta device: it has a shape but no data; materialize it "
+            "(torch.empty_like(t, device='cpu')) or pass a real tensor"
+        )
     code = DTYPE_CODE.get(t.dtype)
     if code is None or t.is_sparse:
         raise UnsupportedValueError(

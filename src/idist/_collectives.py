@@ -15,7 +15,7 @@ import torch
 
 from . import _codec, _exchange, _frame, _number_sum
 from ._errors import CollectiveInputError, IdistError
-from ._reduce import check_tensor_op, check_value_op, fold_values
+from ._reduce import check_value_op, fold_values
 
 if TYPE_CHECKING:
     from ._context import DistContext
@@ -28,8 +28,7 @@ INLINE_TENSOR_BYTES = 1 << 16
 
 def all_reduce(ctx: DistContext[CommT], comm: CommT, x: object, op: str) -> object:
     """``x`` reduced over ``comm``'s ranks with the (already valid) op ``op``."""
-    if isinstance(x, torch.Tensor):
-        check_tensor_op(op, x.dtype)
+    if isinstance(x, torch.Tensor):  # checked by ctx._check_tensor before
         ctx._allreduce_tensor(x, op, comm)
         return x
     if len(comm.ranks) == 1:  # a group of one: the same checks, nothing to exchange

@@ -17,7 +17,7 @@ import torch
 
 from . import _collectives, _rank_only
 from ._core import CommT, ContextCore
-from ._errors import CollectiveInputError
+from ._errors import CollectiveInputError, IdistError
 from ._group import Group, check_ranks
 from ._log import visible_logger
 from ._reduce import check_op_name
@@ -151,12 +151,29 @@ class DistContext(ContextCore[CommT]):
         """
         return self._all_reduce(tensor, op, group)
 
+    def _enter(self, group: GroupArg) -> tuple[CommT | None, IdistError | None]:
+        """The comm of ``group`` (None: not a member); for a bad group, the world's and the error."""
+        self._check_open()
+        try:
+            return self._comm(group), None
+        except IdistError as exc:
+            return self._state.world, exc
+
     def _all_reduce(self, x: object, op: str, group: GroupArg) -> object:
-        name = check_op_name(op, self.VALID_OPS, self.backend)
-        comm = self._comm(group)
-        if comm is None:
+        comm, error = self._enter(group)
+        name = op
+        if error is None:
+            try:
+                name = check_op_name(op, self.VALID_OPS, self.backend)
+                if comm is not None and isinstance(x, torch.Tensor):
+                    self._check_tensor(x, name)
+            except IdistError as exc:
+                error = exc
+        if comm is None:  # not a member: nobody waits for this rank
+            if error is not None:
+                raise error
             return x
-        self._checkpoint(comm, "all_reduce", name, value=x)
+        self._checkpoint(comm, "all_reduce", name, value=x, error=error)
         return _collectives.all_reduce(self, comm, x, name)
 
     @overload
@@ -173,10 +190,10 @@ class DistContext(ContextCore[CommT]):
         return self._all_gather(tensor, group)
 
     def _all_gather(self, x: object, group: GroupArg) -> list[Any]:
-        comm = self._comm(group)
+        comm, error = self._enter(group)
         if comm is None:
             return [x]
-        self._checkpoint(comm, "all_gather", value=x)
+        self._checkpoint(comm, "all_gather", value=x, error=error)
         return _collectives.all_gather(comm, x)
 
     @overload
@@ -195,16 +212,20 @@ class DistContext(ContextCore[CommT]):
         return self._broadcast(tensor, src, group)
 
     def _broadcast(self, x: object, src: int, group: GroupArg) -> object:
-        comm = self._comm(group)
-        if not isinstance(src, int) or isinstance(src, bool) or src < 0 or src >= self.world_size:
-            raise CollectiveInputError(f"broadcast src must be a global rank in 0..{self.world_size - 1}, got {src!r}")
-        if comm is None:
-            return x
-        if src not in comm.ranks:
-            raise CollectiveInputError(
+        comm, error = self._enter(group)
+        if error is None and (not isinstance(src, int) or isinstance(src, bool) or not 0 <= src < self.world_size):
+            error = CollectiveInputError(
+                f"broadcast src must be a global rank in 0..{self.world_size - 1}, got {src!r}"
+            )
+        elif error is None and comm is not None and src not in comm.ranks:
+            error = CollectiveInputError(
                 f"broadcast src {src} is not in the group {list(comm.ranks)}; pass a member rank"
             )
-        self._checkpoint(comm, "broadcast", src=str(src))
+        if comm is None:  # not a member: nobody waits for this rank
+            if error is not None:
+                raise error
+            return x
+        self._checkpoint(comm, "broadcast", src=str(src), error=error)
         return _collectives.broadcast(self, comm, x, src)
 
     def all_gather_tensors_with_shapes(
@@ -224,9 +245,9 @@ class DistContext(ContextCore[CommT]):
 
     def barrier(self, group: GroupArg = None) -> None:
         """Return only when every rank of the group has arrived."""
-        comm = self._comm(group)
+        comm, error = self._enter(group)
         if comm is not None:
-            self._checkpoint(comm, "barrier")
+            self._checkpoint(comm, "barrier", error=error)
             self._barrier(comm)
 
     def sync(self, group: GroupArg = None) -> None:

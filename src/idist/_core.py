@@ -16,9 +16,11 @@ import attrs
 import torch
 from typing_extensions import TypeVar as DefaultTypeVar
 
-from ._errors import CollectiveInputError, ContextClosedError
+from ._codec import checked_tensor
+from ._errors import CollectiveInputError, ContextClosedError, GroupBrokenError, IdistError
 from ._exchange import Comm
 from ._group import Group, check_ranks
+from ._reduce import check_tensor_op
 from ._topology import Topology
 from ._types import COMMON_OPS, GroupArg, ModelName
 from .training import _model, _optim
@@ -135,8 +137,26 @@ class ContextCore(ABC, Generic[CommT]):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def _checkpoint(self, comm: CommT, call: str, op: str = "", src: str = "", value: object = None) -> None:
-        """Before a collective moves data (checked mode compares the ranks' calls here)."""
+    def _checkpoint(
+        self, comm: CommT, call: str, op: str = "", src: str = "", value: object = None,
+        error: IdistError | None = None,
+    ) -> None:  # fmt: skip
+        """Before a collective moves data: ``error`` is what this rank found wrong on its own.
+
+        A backend raises it so that no peer is left waiting or paired with a later call (native:
+        agreed through the store, or the group broken); checked mode also compares the calls.
+        """
+        if error is not None:
+            raise error
+
+    def _check_tensor(self, t: torch.Tensor, op: str) -> None:
+        """What this rank can tell alone about a tensor it is about to reduce."""
+        check_tensor_op(op, t.dtype)
+        checked_tensor(t)
+
+    def _broken(self) -> str | None:
+        """Why the group cannot be used any more (a backend that can break says), else None."""
+        return None
 
     def _close(self) -> None:
         """Release backend resources (called once)."""
@@ -166,6 +186,11 @@ class ContextCore(ABC, Generic[CommT]):
             raise ContextClosedError(
                 f"this {type(self).__name__} was finalized; create a new one with "
                 "idist.initialize(...) or idist.context(...)"
+            )
+        broken = self._broken()
+        if broken is not None:
+            raise GroupBrokenError(
+                f"the group is broken ({broken}); finalize this {type(self).__name__} and create a new one"
             )
 
     # ------------------------------------------------------------------ groups

@@ -15,6 +15,7 @@ __all__ = [
     "CollectiveMismatchError",
     "CollectiveTimeoutError",
     "ContextClosedError",
+    "GroupBrokenError",
     "LeaderFailedError",
     "PeerLostError",
     "IdistError",
@@ -47,6 +48,7 @@ class IdistError(Exception):
     ├── ContextClosedError           (RuntimeError) a context used after finalize()/its block
     ├── CollectiveTimeoutError       (TimeoutError) a collective did not complete in time (names the missing ranks)
     ├── PeerLostError                (ConnectionError) a peer died or closed its connection mid-collective
+    │   └── GroupBrokenError         (ConnectionError) the group is unusable: one rank failed, or a collective
     ├── LeaderFailedError            (RuntimeError) the leader of one_rank_first / one_rank_only raised
     └── TrainingSetupError           (ValueError)   auto_model / auto_optim / auto_dataloader options that cannot work
         └── UnsupportedSamplerError  (TypeError)    a sampler that cannot be shared out between ranks
@@ -143,6 +145,14 @@ class CollectiveTimeoutError(IdistError, TimeoutError):
 
 class PeerLostError(IdistError, ConnectionError):
     """A peer died or closed its connection in the middle of a collective."""
+
+
+class GroupBrokenError(PeerLostError):
+    """The group cannot be used any more: a rank failed on its own, or a collective failed.
+
+    Raised by every later call on every rank, and by the peers of a rank whose input was bad
+    where they could not have agreed on it; the message names the rank and its error.
+    """
 
 
 class LeaderFailedError(IdistError, RuntimeError):

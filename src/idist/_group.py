@@ -38,7 +38,9 @@ def check_ranks(ranks: object, world_size: int) -> tuple[int, ...]:
         raise CollectiveInputError(
             f"group must be a list of global ranks (ints) or a group from new_group(), got {ranks!r}"
         )
-    key = tuple(sorted(set(ints)))
+    if len(set(ints)) != len(ints):
+        raise CollectiveInputError(f"group ranks {ints} repeat a rank; list each rank once")
+    key = tuple(sorted(ints))
     if not key or key[0] < 0 or key[-1] >= world_size:
         raise CollectiveInputError(f"group ranks {list(key)} must be non-empty and within 0..{world_size - 1}")
     return key

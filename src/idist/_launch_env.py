@@ -46,12 +46,23 @@ def _info(
     )
 
 
+#: variables that count something (at least 1); every other integer variable is an index (at least 0)
+_COUNTS = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "NNODES", "SLURM_NTASKS", "SLURM_NNODES", "OMPI_COMM_WORLD_SIZE",
+           "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_SIZE", "MPI_LOCALNRANKS")  # fmt: skip
+
+
 def _int(env: Mapping[str, str], name: str) -> int:
+    """The integer in variable ``name``, within its range, or ``LaunchEnvironmentError`` naming it."""
     raw = env[name]
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise LaunchEnvironmentError(f"{name}={raw!r} is not an integer") from None
+    low, high = (1, 65535) if name == "MASTER_PORT" else (1, None) if name in _COUNTS else (0, None)
+    if value < low or (high is not None and value > high):
+        allowed = f"{low}..{high}" if high is not None else f"{low} or more"
+        raise LaunchEnvironmentError(f"{name}={raw!r} is out of range: it must be {allowed}")
+    return value
 
 
 def _require(env: Mapping[str, str], names: tuple[str, ...], launcher: str) -> None:

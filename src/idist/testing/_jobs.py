@@ -98,18 +98,20 @@ def serve_and_exit(ctx: DistContext, where: str, recv: Callable[[], bytes], send
 
 
 class BaseWorld:
-    """A runner's settings: ``world_size`` ranks, ``timeout`` seconds per run (both checked)."""
+    """A runner's settings: ``world_size`` ranks, ``timeout`` seconds per run, checked mode."""
 
     #: the runner's name in test ids: ``<KIND>@<world_size>``
     KIND: ClassVar[str]
 
-    def __init__(self, world_size: int, *, timeout: float) -> None:
+    def __init__(self, world_size: int, *, timeout: float, checked: bool = True) -> None:
         if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
             raise LaunchEnvironmentError(f"world_size must be an int >= 1, got {world_size!r}")
         if not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         self.world_size = world_size
         self.timeout = float(timeout)
+        #: checked mode (on by default here: tests should catch ranks that call different collectives)
+        self.checked = bool(checked)
 
     @property
     def name(self) -> str:

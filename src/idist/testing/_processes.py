@@ -37,7 +37,7 @@ FAILURE_GRACE = 3.0
 START_TIMEOUT = 180.0
 
 
-def _worker(rank: int, world_size: int, conn: mpc.Connection, timeout: float) -> None:
+def _worker(rank: int, world_size: int, conn: mpc.Connection, timeout: float, checked: bool) -> None:
     """A pool process: join the group, then run jobs until told to stop."""
     td = datetime.timedelta(seconds=max(timeout, START_TIMEOUT))
     try:
@@ -47,7 +47,7 @@ def _worker(rank: int, world_size: int, conn: mpc.Connection, timeout: float) ->
         else:
             port = conn.recv()
             store = TCPStore("127.0.0.1", port, world_size, False, timeout=td)
-        ctx = _stack.initialize("gloo", rank=rank, world_size=world_size, store=store, timeout=timeout)
+        ctx = _stack.initialize("gloo", rank=rank, world_size=world_size, store=store, timeout=timeout, checked=checked)
         conn.send("ready")
     except BaseException as exc:
         conn.send_bytes(pack(False, exc))
@@ -69,8 +69,8 @@ class ProcessWorld(BaseWorld):
 
     KIND = "processes"
 
-    def __init__(self, world_size: int, *, timeout: float = DEFAULT_TIMEOUT) -> None:
-        super().__init__(world_size, timeout=timeout)
+    def __init__(self, world_size: int, *, timeout: float = DEFAULT_TIMEOUT, checked: bool = True) -> None:
+        super().__init__(world_size, timeout=timeout, checked=checked)
         self._procs: list[Any] = []
         self._conns: list[mpc.Connection] = []
 
@@ -83,7 +83,7 @@ class ProcessWorld(BaseWorld):
             for rank in range(self.world_size):
                 parent, child = ctx.Pipe()
                 p = ctx.Process(
-                    target=_worker, args=(rank, self.world_size, child, self.timeout),
+                    target=_worker, args=(rank, self.world_size, child, self.timeout, self.checked),
                     name=f"idist-pool-rank{rank}", daemon=True,
                 )  # fmt: skip
                 p.start()

@@ -92,18 +92,23 @@ _Report = tuple[int | None, int, bool, object]
 
 
 class _Rank(threading.Thread):
-    def __init__(self, world: int, rank: int, size: int, store: PrefixStore, timeout: float, out: Any) -> None:
+    def __init__(
+        self, world: int, rank: int, size: int, store: PrefixStore, timeout: float, checked: bool, out: Any
+    ) -> None:
         super().__init__(name=f"idist-sim-{world}-rank{rank}", daemon=True)
         self.rank = rank
         self.size = size
         self.store = store
         self.timeout = timeout
+        self.checked = checked
         self.out: queue.SimpleQueue[_Report] = out
         self.jobs: queue.SimpleQueue[tuple[int, Callable[..., object], tuple[object, ...]] | None] = queue.SimpleQueue()
 
     def run(self) -> None:
         try:
-            ctx = NativeContext.in_process(self.store, self.rank, self.size, timeout=_pg_timeout(self.timeout))
+            ctx = NativeContext.in_process(
+                self.store, self.rank, self.size, timeout=_pg_timeout(self.timeout), checked=self.checked
+            )
         except BaseException as exc:
             self.out.put((None, self.rank, False, _scrub(exc)))
             return
@@ -141,8 +146,8 @@ class SimulatedWorld(BaseWorld):
 
     KIND = "threads"
 
-    def __init__(self, world_size: int, *, timeout: float = DEFAULT_TIMEOUT) -> None:
-        super().__init__(world_size, timeout=timeout)
+    def __init__(self, world_size: int, *, timeout: float = DEFAULT_TIMEOUT, checked: bool = True) -> None:
+        super().__init__(world_size, timeout=timeout, checked=checked)
         self._ranks: list[_Rank] = []
         self._out: queue.SimpleQueue[_Report] = queue.SimpleQueue()
         self._runs = itertools.count(1)
@@ -154,7 +159,10 @@ class SimulatedWorld(BaseWorld):
         # other user of it, and the store goes away with the world.
         store = PrefixStore(f"idist/simulate/{world}", HashStore())
         self._out = queue.SimpleQueue()
-        self._ranks = [_Rank(world, r, self.world_size, store, self.timeout, self._out) for r in range(self.world_size)]
+        self._ranks = [
+            _Rank(world, r, self.world_size, store, self.timeout, self.checked, self._out)
+            for r in range(self.world_size)
+        ]
         for t in self._ranks:
             t.start()
 
@@ -224,6 +232,7 @@ def simulate(
     fn: Callable[[NativeContext, Unpack[Ts]], R],
     *args: *Ts,
     timeout: float = DEFAULT_TIMEOUT,
+    checked: bool = True,
 ) -> list[R]:
     """Run ``fn(ctx, *args)`` once per rank of a simulated world; the results in rank order.
 
@@ -235,5 +244,5 @@ def simulate(
     seconds. No thread, store or process group is left behind, except a thread stuck in a
     Python loop of its own after a timeout (a daemon: it cannot be stopped from outside).
     """
-    with SimulatedWorld(world_size, timeout=timeout) as world:
+    with SimulatedWorld(world_size, timeout=timeout, checked=checked) as world:
         return world.run(fn, *args)

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, Work
 
+from ..._errors import GroupBrokenError
 from ._guard import Guard
 from ._inflight import InFlight
 
@@ -57,6 +58,18 @@ def _options(op: str, timeout: datetime.timedelta | None = None) -> AllreduceOpt
 _OPTIONS = {op: _options(op) for op in _TORCH_OPS}
 
 
+@attrs.frozen
+class BrokenPG:
+    """What a broken group's comms hold instead of their process group: every call raises why."""
+
+    reason: str
+
+    def _raise(self, *args: object) -> Work:
+        raise GroupBrokenError(f"the group is broken ({self.reason}); finalize this context and create a new one")
+
+    allreduce = allgather = _allgather_base = broadcast = barrier = _raise
+
+
 @attrs.define(eq=False)
 class NativeComm:
     """Byte and tensor collectives over one torch ProcessGroup."""
@@ -70,10 +83,9 @@ class NativeComm:
     stage: torch.device | None = None
     slot: int = 64
     sum_by_gather: bool = False
-    #: this group's namespace in the store, and its collective counters (see _guard)
+    #: this group's namespace in the store, and its count of collectives (see _guard)
     key: str = "world"
     seq: int = 0
-    check_seq: int = 0
     #: gather straight into one flat buffer (``_allgather_base``: one copy less); not on mpi
     flat: bool = True
     #: tensors the group's worker threads may still hold (see _inflight)

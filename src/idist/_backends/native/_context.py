@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import gc
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Self, final
 
@@ -13,10 +14,11 @@ from torch import nn
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store
 
 from ..._context import DistContext
-from ..._errors import CollectiveInputError, UnsupportedValueError
+from ..._errors import CollectiveInputError, IdistError, UnsupportedValueError
 from . import _create, _ddp
-from ._comm import NativeComm, PGLike
+from ._comm import BrokenPG, NativeComm, PGLike
 from ._guard import describe, fingerprint
+from ._inflight import FAILED_SECONDS
 
 #: dtypes gloo has no kernels for (torch 2.13): broadcast moves their bytes, all_reduce refuses them
 _GLOO_MISSING = frozenset({torch.int16, torch.uint16, torch.uint32, torch.uint64})
@@ -30,7 +32,6 @@ class NativeContext(DistContext[NativeComm]):
     MODEL_NAME = "native-dist"
     EXACT_SUM_PAIRS = True
     ADOPTS_FROM: ClassVar[str | None] = "torch.distributed"
-    process_group: PGLike = attrs.field(repr=False)
     #: the process group's own timeout (``ctx.timeout(s)`` bounds a section without changing it)
     pg_timeout: datetime.timedelta = attrs.field(repr=False, default=_create.DEFAULT_TIMEOUT)
     _store: Store | None = attrs.field(repr=False, default=None, alias="_store")
@@ -53,6 +54,11 @@ class NativeContext(DistContext[NativeComm]):
     @classmethod
     def adopt(cls) -> Self | None:
         return _create.adopt(cls)
+
+    @property
+    def process_group(self) -> PGLike:
+        """The torch process group of all ranks (what DDP and torch.distributed calls take)."""
+        return self._state.world.pg
 
     def still_adopted(self) -> bool:
         """Whether the torch group this context adopted is still torch's default group."""
@@ -107,13 +113,16 @@ class NativeContext(DistContext[NativeComm]):
         return comms[key]
 
     # ------------------------------------------------------- tensor primitives
-    def _allreduce_tensor(self, t: torch.Tensor, op: str, comm: NativeComm) -> None:
+    def _check_tensor(self, t: torch.Tensor, op: str) -> None:
+        super()._check_tensor(t, op)
         if self.backend == "gloo" and t.dtype in _GLOO_MISSING:
             # gloo fails these mid-call ("Invalid scalar type") and the group is lost: refuse first
             raise UnsupportedValueError(
                 f"gloo cannot reduce {t.dtype} tensors; reduce a torch.int32/torch.int64 copy "
                 "(t.copy_(ctx.all_reduce(t.to(torch.int64), op))) instead"
             )
+
+    def _allreduce_tensor(self, t: torch.Tensor, op: str, comm: NativeComm) -> None:
         if op == "AVERAGE" and self.backend != "nccl":
             comm.allreduce(t, "SUM")
             t.div_(len(comm.ranks))
@@ -141,12 +150,40 @@ class NativeContext(DistContext[NativeComm]):
     def checked(self) -> bool:
         return self._state.world.guard.checked
 
-    def _checkpoint(self, comm: NativeComm, call: str, op: str = "", src: str = "", value: object = None) -> None:
+    def _checkpoint(
+        self, comm: NativeComm, call: str, op: str = "", src: str = "", value: object = None,
+        error: IdistError | None = None,
+    ) -> None:  # fmt: skip
         guard = comm.guard
-        if guard.checked:
+        if guard.checked and len(comm.ranks) > 1:
             # described only here: formatting a tensor's dtype/shape costs µs on every call
-            data = describe(value, shape=call == "all_reduce") if call in ("all_reduce", "all_gather") else ""
-            guard.check(comm, fingerprint(call, op, data, src, comm.ranks))
+            guard.check(comm, fingerprint(call, op, describe(call, value), src, comm.ranks), error)
+        elif error is not None:
+            if len(comm.ranks) > 1 and not guard.agree_on_failure(comm, error):
+                self._break(f"rank {self.rank}, which raised {type(error).__name__}: {error}")
+                error.add_note(
+                    "the other ranks did not fail at the same call, so the group is now broken on every rank: "
+                    "finalize this context and create a new one"
+                )
+            raise error
+
+    def _broken(self) -> str | None:
+        return self._state.world.guard.broken
+
+    def _break(self, reason: str) -> None:
+        """Tell the peers why, then drop this rank's process groups: closing their connections
+        wakes every peer blocked on this rank, and each later call raises at once."""
+        state = self._state
+        state.world.guard.publish_broken(reason)
+        dead = BrokenPG(reason)
+        for comm in (state.world, *state.comms.values()):
+            if comm is not None and not isinstance(comm.pg, BrokenPG):
+                comm.inflight.drain(FAILED_SECONDS)
+                comm.pg = dead
+        _ddp.forget(self)
+        if self._owns_default and dist.is_initialized():
+            dist.destroy_process_group()
+        gc.collect()  # the groups' last references go here, and with them their connections
 
     def timeout(self, seconds: float) -> AbstractContextManager[None]:
         return self._state.world.guard.section(seconds)

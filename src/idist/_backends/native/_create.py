@@ -91,7 +91,7 @@ def _build(
     state = ContextState(world)
     ctx = cls(
         backend=name, topology=info.topology, device=device, config={**info.decided_by, "launcher": info.launcher},
-        process_group=pg, pg_timeout=timeout, _store=store, _owns_default=owns_default, _state=state,
+        pg_timeout=timeout, _store=store, _owns_default=owns_default, _state=state,
     )  # fmt: skip
     if device.type == "cuda":
         previous = torch.cuda.current_device()

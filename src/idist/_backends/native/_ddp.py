@@ -60,6 +60,11 @@ def wrap_ddp(ctx: NativeContext, model: nn.Module, sync_bn: bool, kwargs: dict[s
     return ddp
 
 
+def forget(ctx: NativeContext) -> None:
+    """Drop the torch ProcessGroup built for ``ctx`` (its group was broken)."""
+    _TORCH_GROUPS.pop(ctx, None)
+
+
 def torch_group(ctx: NativeContext) -> dist.ProcessGroup:
     """The torch ``ProcessGroup`` DDP needs: the context's own, or one built around its raw gloo group."""
     pg = ctx.process_group

@@ -1,47 +1,53 @@
-"""Never hang, never lie: checked collectives, stall reports and section timeouts.
+"""Never hang, never lie: checked collectives, failures agreed or published, section timeouts.
 
-A ``Guard`` watches one context's collectives through its rendezvous store, a side
-channel gloo's own failures cannot abort: checked mode compares every rank's call before
-data moves (``CollectiveMismatchError`` with a per-rank table); stall reports name the
-ranks that did not arrive when the backend fails; ``with ctx.timeout(s):`` bounds each
-collective of a block. See docs/design.md, "Checked mode and failures".
+Checked mode compares every rank's call in one small all_gather before data moves (a rank
+whose own input is bad ships its error there, so every rank raises it and the group stays
+usable). Unchecked, a rank that fails before communicating publishes its error in the
+store and waits briefly for its peers to fail the same way; if they do not, the group is
+broken on every rank. A backend failure names the ranks that did not arrive. Every store
+round trip made while handling a failure is bounded: the store may be gone with its node.
+See docs/failures.md.
 """
 
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Protocol
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 import torch
 from torch._C._distributed_c10d import Store
 
+from ... import _codec, _exchange
 from ..._errors import (
     CollectiveMismatchError,
     CollectiveTimeoutError,
+    GroupBrokenError,
     IdistError,
     PeerLostError,
 )
 
+if TYPE_CHECKING:
+    from ._comm import NativeComm
+
+R = TypeVar("R")
+
 #: how long a failing rank waits for its peers' stall reports
 STALL_GRACE = 3.0
-_COMPARED = ("call", "op", "data", "src", "group")
-
-
-class GuardedComm(Protocol):
-    @property
-    def ranks(self) -> tuple[int, ...]: ...
-    @property
-    def group_rank(self) -> int: ...
-
-    key: str
-    seq: int
-    check_seq: int
+#: how long a checked collective waits for every rank before naming the absent ones
+CHECKED_WAIT = 10.0
+#: how long a rank that failed on its own waits for its peers to fail the same way
+AGREE_WINDOW = 0.3
+#: the key where the first rank that broke the group says why
+BROKEN_KEY = "idist/broken"
+_SEP = "\x1f"
+_COMPARED = 5  # call, op, data, src, group (not the call site)
 
 
 def checked_from_env() -> bool:
@@ -56,12 +62,49 @@ def call_site() -> str:
     return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
+def fingerprint(call: str, op: str = "", data: str = "", src: str = "", group: Sequence[int] = ()) -> str:
+    return _SEP.join((call, op, data, src, ",".join(map(str, group)), call_site()))
+
+
+def describe(call: str, x: object) -> str:
+    """What checked mode compares about a value: what the collective cannot check by itself.
+
+    A tensor all_reduce moves raw memory, so its dtype and shape must match; Python values
+    and every all_gather move self-describing frames, which already raise on a mismatch.
+    """
+    if call != "all_reduce":
+        return ""
+    return f"tensor {x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) else "value"
+
+
+def bounded(fn: Callable[[], R], seconds: float) -> R | None:
+    """``fn()`` in a daemon thread, given ``seconds``; None when it fails or does not return."""
+    out: list[R] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except Exception:  # noqa: S110 - the store may be gone with the node that hosted it
+            pass
+
+    t = threading.Thread(target=run, daemon=True, name="idist-guard-store")
+    t.start()
+    t.join(seconds)
+    return out[0] if out else None
+
+
 @attrs.define(eq=False)
 class Guard:
+    """One context's watch over its collectives (shared by its comms)."""
+
     store: Store | None
     default_timeout: datetime.timedelta
     checked: bool = False
     sections: list[datetime.timedelta] = attrs.Factory(list)
+    #: why the group is broken (every call then raises at once); None while it is usable
+    broken: str | None = None
+    #: per comm, how many failures every rank agreed on (keys the next agreement)
+    agreed: dict[str, int] = attrs.Factory(dict)
 
     @property
     def timeout(self) -> datetime.timedelta:
@@ -78,78 +121,107 @@ class Guard:
             self.sections.pop()
 
     # ------------------------------------------------------------ checked mode
-    def check(self, comm: GuardedComm, fingerprint: dict[str, str]) -> None:
-        """Publish this rank's fingerprint, read the peers', raise on any difference."""
+    def check(self, comm: NativeComm, fp: str, error: IdistError | None) -> None:
+        """Compare this call with the peers' (one small all_gather); raise on every rank alike."""
+        frame = _codec.encode_error(error) if error is not None else _codec.encode(fp)
+        wait = self.sections[-1] if self.sections else datetime.timedelta(seconds=CHECKED_WAIT)
+        self.sections.append(wait)  # an absent rank is named after this wait, not the group's timeout
+        try:
+            bufs = _exchange.gather_frames(comm, frame)
+        finally:
+            self.sections.pop()
+        call = fp.split(_SEP, 1)[0]
+        prints = [str(v).split(_SEP) for v in _exchange.decode_all(comm, bufs, call)]
+        if any(p[:_COMPARED] != prints[0][:_COMPARED] for p in prints):
+            raise CollectiveMismatchError(f"{call} differs between ranks:\n" + _table(comm.ranks, prints))
+
+    # ------------------------------------------------ failures of one rank alone
+    def agree_on_failure(self, comm: NativeComm, exc: IdistError) -> bool:
+        """Publish that this rank failed before communicating; True when every rank of the
+        group failed at the same call (then nobody waits and the group stays usable)."""
         store = self.store
         if store is None:
-            return
-        seq = comm.check_seq
-        comm.check_seq += 1
-        prefix = f"idist/chk/{comm.key}/"
-        n = len(comm.ranks)
-        fingerprint = dict(fingerprint, seq=str(seq))
-        store.set(f"{prefix}{seq}/{comm.group_rank}", json.dumps(fingerprint))
-        keys = [f"{prefix}{seq}/{r}" for r in range(n)]
-        present = self._wait(keys, self.timeout.total_seconds())
-        if not all(present):
-            missing = [comm.ranks[r] for r, ok in enumerate(present) if not ok]
-            raise CollectiveTimeoutError(
-                f"{fingerprint['call']} #{seq} at {fingerprint['site']}: ranks {missing} did not reach a "
-                f"collective within {self.timeout.total_seconds():g}s (they are stuck, dead, or on another "
-                "code path); the group is no longer usable: finalize and restart"
-            )
-        prints = [json.loads(raw) for raw in store.multi_get(keys)]
-        if seq >= 2:  # every rank has finished reading seq-2 once all wrote seq-1
-            store.delete_key(f"{prefix}{seq - 2}/{comm.group_rank}")
-        if any(any(p.get(f) != prints[0].get(f) for f in _COMPARED) for p in prints):
-            raise CollectiveMismatchError(f"collective #{seq} differs between ranks:\n" + _table(comm.ranks, prints))
+            return False
+        n = self.agreed.get(comm.key, 0)
+        prefix = f"idist/fail/{comm.key}/{comm.seq}.{n}/"
+        keys = [f"{prefix}{r}" for r in range(len(comm.ranks))]
 
-    def _wait(self, keys: list[str], seconds: float) -> list[bool]:
-        """Block until every key exists (the store notifies, no polling); else say which do."""
+        def publish_and_wait() -> bool:
+            store.set(keys[comm.group_rank], f"{type(exc).__name__}: {exc}")
+            return all(_present(store, keys, AGREE_WINDOW))
+
+        if bounded(publish_and_wait, AGREE_WINDOW + 1.0):
+            self.agreed[comm.key] = n + 1
+            return True
+        return False
+
+    def publish_broken(self, reason: str) -> None:
+        """Mark the group broken here and tell the peers why (the first reason stays)."""
+        self.broken = self.broken or reason
         store = self.store
-        assert store is not None
-        try:
-            store.wait(keys, datetime.timedelta(seconds=seconds))
-        except RuntimeError:  # DistStoreError on timeout
-            return [store.check([k]) for k in keys]
-        return [True] * len(keys)
+        if store is not None:
+            bounded(lambda: store.compare_set(BROKEN_KEY, "", reason), 1.0)
 
-    # ----------------------------------------------------------- stall reports
-    def failure(self, comm: GuardedComm, exc: BaseException, what: str) -> IdistError:
-        """Map a backend failure to a typed error naming the ranks that did not arrive."""
-        msg = str(exc)
-        missing: list[int] | None = None
-        if self.store is not None:
-            key = f"idist/stall/{comm.key}/{comm.seq}/"
-            try:
-                self.store.set(f"{key}{comm.group_rank}", "1")
-                grace = min(STALL_GRACE, self.timeout.total_seconds())
-                present = self._wait([f"{key}{r}" for r in range(len(comm.ranks))], grace)
-                missing = [comm.ranks[r] for r, ok in enumerate(present) if not ok]
-            except Exception:  # noqa: S110 - the store may be gone with the rank that hosted it
-                pass
-        who = f"ranks {missing} did not arrive" if missing else "no rank is known to be missing"
-        detail = f"{what} on group {list(comm.ranks)} failed: {who}. Backend said: {msg.splitlines()[0][:300]}"
-        advice = "; the group is no longer usable: finalize and restart"
-        lowered = msg.lower()
+    # ----------------------------------------------------------- backend failures
+    def failure(self, comm: NativeComm, exc: BaseException, what: str) -> IdistError:
+        """Map a backend failure to a typed error naming who broke the group or did not arrive."""
+        msg = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        where = f"{what} on group {list(comm.ranks)} failed"
+        store = self.store
+        reason = bounded(lambda: _read(store, BROKEN_KEY), 1.0) if store is not None else None
+        if reason:
+            self.broken = self.broken or reason
+            return GroupBrokenError(f"{where}: the group was broken by {reason}. Finalize and restart")
+        missing, answered = self._stall_report(comm)
+        if missing:
+            who = f"ranks {missing} did not arrive"
+        elif not answered:
+            who = "the rendezvous store did not answer (the node hosting it, rank 0's, is lost or unreachable)"
+        else:
+            who = "no rank is known to be missing"
+        detail = f"{where}: {who}. Backend said: {msg}; the group is no longer usable: finalize and restart"
+        self.broken = self.broken or f"{what} failed ({who})"
+        lowered = str(exc).lower()
         if "timed out" in lowered or "timeout" in lowered:
-            return CollectiveTimeoutError(detail + advice)
-        return PeerLostError(detail + advice)
+            return CollectiveTimeoutError(detail)
+        return PeerLostError(detail)
+
+    def _stall_report(self, comm: NativeComm) -> tuple[list[int], bool]:
+        """(ranks that did not reach this collective, whether the store answered at all)."""
+        store = self.store
+        if store is None:
+            return [], False
+        key = f"idist/stall/{comm.key}/{comm.seq}/"
+        keys = [f"{key}{r}" for r in range(len(comm.ranks))]
+        grace = min(STALL_GRACE, self.timeout.total_seconds())
+
+        def report() -> list[bool]:
+            store.set(keys[comm.group_rank], "1")
+            return _present(store, keys, grace)
+
+        present = bounded(report, grace + 1.0)
+        if present is None:
+            return [], False
+        return [comm.ranks[r] for r, ok in enumerate(present) if not ok], True
 
 
-def fingerprint(call: str, op: str = "", data: str = "", src: str = "", group: Sequence[int] = ()) -> dict[str, str]:
-    return {"call": call, "op": op, "data": data, "src": src, "group": ",".join(map(str, group)), "site": call_site()}
+def _present(store: Store, keys: list[str], seconds: float) -> list[bool]:
+    """Which keys exist, once all do or ``seconds`` passed (polled: a store ``wait`` that times
+    out leaves its answer in flight, to be misread as the answer to the next request)."""
+    deadline = time.monotonic() + seconds
+    while not store.check(keys) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return [store.check([k]) for k in keys]
 
 
-def describe(x: object, *, shape: bool) -> str:
-    """What a checked collective compares about a value (shape only where it must match)."""
-    if isinstance(x, torch.Tensor):
-        return f"tensor {x.dtype} {tuple(x.shape)}" if shape else f"tensor {x.dtype}"
-    return type(x).__name__ if shape else "value"
+def _read(store: Store | None, key: str) -> str:
+    if store is None or not store.check([key]):
+        return ""
+    return store.get(key).decode("utf-8", "replace")
 
 
-def _table(ranks: Sequence[int], prints: list[dict[str, str]]) -> str:
+def _table(ranks: Sequence[int], prints: list[list[str]]) -> str:
     cols = ("call", "op", "data", "src", "group", "site")
-    rows = [("rank", *cols)] + [(str(r), *(p.get(c, "") for c in cols)) for r, p in zip(ranks, prints, strict=True)]
+    rows = [("rank", *cols)] + [(str(r), *(p + [""] * 6)[:6]) for r, p in zip(ranks, prints, strict=True)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(cols) + 1)]
     return "\n".join("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows)
