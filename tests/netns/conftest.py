@@ -1,0 +1,23 @@
+"""Fixtures for the namespace tests: fresh nodes per test, always torn down; skip where impossible."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from netns_harness import NodeNet, skip_reason
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[NodeNet]:
+    """Two nodes on one bridge (node0 and node1); everything on them is killed and deleted afterwards."""
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with NodeNet(2, tmp_path / "net") as net:
+        yield net

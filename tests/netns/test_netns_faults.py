@@ -1,0 +1,126 @@
+"""Faults across nodes, each bounded: a partition, a node killed, node 0 (the store) lost, a node that
+never joins, two jobs on the same nodes. The ranks all_reduce in a loop (``--work loop``) until the
+test breaks something; every test measures how long the survivors take to fail, what they raise,
+how the launchers exit and what is left running on each node.
+
+The bounds are the documented ones: a section timeout (``ctx.timeout(s)``) plus the stall grace
+(3 s) plus launch slack for a partition; seconds for a node whose sockets are reset (killed).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from netns_harness import Job, NodeNet, start_job
+
+PORT = 29500
+SECTION = 5.0
+#: a loaded 2-core machine: Python + torch start on 6 processes
+START = 40.0
+TYPED = ("CollectiveTimeoutError", "PeerLostError")
+
+
+def _looping(nodes: NodeNet, tmp_path: Path, *args: str, tag: str = "", port: int = PORT) -> Job:
+    job = start_job(nodes, "spawn", tmp_path / "out", port, ["--work", "loop", *args], tag=tag)
+    job.wait_beats(4, START)
+    time.sleep(0.3)
+    return job
+
+
+def _named(text: str) -> set[int]:
+    """The ranks an idist error names as missing ('ranks [2, 3] did not arrive')."""
+    found: set[int] = set()
+    for m in re.finditer(r"ranks \[([\d, ]*)\] did not arrive", text):
+        found |= {int(x) for x in m.group(1).split(",") if x.strip()}
+    return found
+
+
+def _check_node_failed(job: Job, i: int, missing: set[int], since: float, bound: float) -> None:
+    proc = job.procs[i]
+    rc = proc.wait(max(0.0, since + bound - time.monotonic()))
+    took = time.monotonic() - since
+    assert rc is not None, f"node {i}'s launcher still runs {took:.1f}s after the fault (bound {bound}s)\n{job.logs()}"
+    assert rc != 0, job.logs()
+    out = proc.output
+    assert any(t in out for t in TYPED), f"node {i}: no typed error\n{out[-3000:]}"
+    assert _named(out) == missing, f"node {i} should name exactly {sorted(missing)}\n{out[-3000:]}"
+
+
+def test_partition_gives_every_side_a_typed_error_in_bound(nodes: NodeNet, tmp_path: Path) -> None:
+    """Node 1's switch port goes down mid-loop: both sides raise within the section timeout + grace."""
+    job = _looping(nodes, tmp_path, "--section", str(SECTION), "--timeout", "60")
+    nodes.link(1, False)
+    t0 = time.monotonic()
+    bound = SECTION + 3 + 10
+    _check_node_failed(job, 0, {2, 3}, t0, bound)
+    _check_node_failed(job, 1, {0, 1}, t0, bound)  # cut off from the store on node 0, too
+    for i in range(2):
+        assert nodes.wait_empty(i, 5) == [], f"left on node {i}: {nodes.describe(nodes.pids(i))}"
+
+
+@pytest.mark.parametrize("lost", [1, 0], ids=["node1", "node0-store"])
+def test_killed_node_survivors_fail_fast(nodes: NodeNet, tmp_path: Path, lost: int) -> None:
+    """Every process of one node is SIGKILLed (its sockets are reset): the other node's launcher exits
+    non-zero within seconds, naming the lost ranks, and leaves nothing running."""
+    job = _looping(nodes, tmp_path, "--timeout", "60")
+    nodes.kill_node(lost)
+    t0 = time.monotonic()
+    alive = 1 - lost
+    _check_node_failed(job, alive, {2 * lost, 2 * lost + 1}, t0, 10.0)
+    assert nodes.wait_empty(alive, 5) == [], nodes.describe(nodes.pids(alive))
+
+
+def test_node_that_never_joins_spawn(nodes: NodeNet, tmp_path: Path) -> None:
+    """Only node 0 starts (timeout=10): the rendezvous fails within it, naming node 1's ranks."""
+    t0 = time.monotonic()
+    job = start_job(nodes, "spawn", tmp_path / "out", PORT, ["--timeout", "10"], nodes=(0,))
+    rc = job.procs[0].wait(START + 10)
+    took = time.monotonic() - t0
+    out = job.procs[0].output
+    assert rc is not None and rc != 0, f"still waiting after {took:.1f}s\n{out[-3000:]}"
+    assert "DistStoreError" not in out.split("--- traceback")[0], f"an untyped torch error:\n{out[-3000:]}"
+    assert _named(out) == {2, 3} or "node 1" in out, f"the missing node is not named:\n{out[-3000:]}"
+    assert nodes.wait_empty(0, 5) == []
+
+
+def test_node_that_never_joins_idist_run(nodes: NodeNet, tmp_path: Path) -> None:
+    """``idist run --rdzv-timeout 10`` on node 0 alone: exits non-zero within it, naming node 1
+    (today: no such option, and the static rendezvous waits torch's default 600 s)."""
+    import sys
+
+    from netns_harness import JOB, clean_env
+
+    cmd = [sys.executable, "-m", "idist", "run", "-n", "2", "--nnodes", "2", "--node-rank", "0",
+           "--master-addr", nodes.nodes[0].addr, "--master-port", str(PORT), "--rdzv-timeout", "10",
+           str(JOB), "env", str(tmp_path)]  # fmt: skip
+    t0 = time.monotonic()
+    proc = nodes.start(0, cmd, clean_env(PYTHONUNBUFFERED="1"))
+    rc = proc.wait(START)
+    out = proc.output
+    assert rc is not None, f"still waiting after {time.monotonic() - t0:.1f}s\n{out[-3000:]}"
+    assert rc != 0 and "node 1" in out, out[-3000:]
+    assert nodes.wait_empty(0, 5) == []
+
+
+def test_two_jobs_on_the_same_nodes(nodes: NodeNet, tmp_path: Path) -> None:
+    """Job A loops on port P. Job B (port P+1) runs beside it; job C, started by mistake on A's port,
+    must fail fast on both nodes saying the port belongs to another job, and never touch A."""
+    a = _looping(nodes, tmp_path, "--timeout", "60", tag="A")
+    t0 = time.monotonic()
+    b = start_job(nodes, "spawn", tmp_path / "out", PORT + 1, ["--timeout", "30"], tag="B")
+    c = start_job(nodes, "spawn", tmp_path / "out", PORT, ["--timeout", "30"], tag="C")
+    assert b.wait(START + 10) == [0, 0], b.logs()
+    assert sorted(b.results()) == [0, 1, 2, 3]
+    assert all(r["sum_int"] == 10 and r["gather_int"] == [0, 1, 2, 3] for r in b.results().values())
+    rcs = c.wait(max(0.0, t0 + 30 - time.monotonic()))  # start + a refused rendezvous
+    assert None not in rcs and 0 not in rcs, f"job C on A's port: launchers {rcs}\n{c.logs()}"
+    for p in c.procs:
+        assert str(PORT) in p.output and re.search(r"another job|already (in use|used)", p.output), p.output[-3000:]
+    before = a.beats()
+    time.sleep(1.0)
+    after = a.beats()
+    assert all(p.returncode is None for p in a.procs), a.logs()
+    assert all(after[r][0] > before[r][0] for r in range(4)), f"job A stalled: {before} -> {after}"

@@ -1,0 +1,153 @@
+"""2 nodes x 2 ranks across network namespaces, through each launcher: exact collectives, topology,
+training equal to one process, and what listens where.
+
+Each launcher runs once per module (``launched``), on fresh nodes whose hostnames resolve to their
+own addresses (a well-configured cluster). ``test_loopback_hostname_still_joins`` breaks that on
+purpose: every node's hostname resolves to 127.0.1.1, as on a default Debian install.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from netns_harness import LAUNCHERS, NodeNet, clean_env, skip_reason, start_job
+from netns_job import training_cases
+
+import idist
+from test_training_gloo import EPOCHS, B, train
+
+WORLD = 4
+PORT = 29500
+
+
+@pytest.fixture(scope="module", params=LAUNCHERS)
+def launched(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    launcher: str = request.param
+    work = tmp_path_factory.mktemp(f"netns-{launcher}")
+    with NodeNet(2, work / "net") as net:
+        job = start_job(net, launcher, work / "out", PORT, ["--training", "--timeout", "30"])
+        rcs = job.wait(50)
+        left = {i: net.describe(net.wait_empty(i, 5)) for i in range(2)}
+        run = {
+            "launcher": launcher, "rcs": rcs, "results": job.results(), "errors": job.errors(),
+            "logs": job.logs(), "left": left, "addrs": [n.addr for n in net.nodes],
+        }  # fmt: skip
+    return run
+
+
+def _ranks(run: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    assert run["rcs"] == [0, 0], f"{run['launcher']}: launchers exited {run['rcs']}\n{run['logs']}"
+    results: dict[int, dict[str, Any]] = run["results"]
+    assert sorted(results) == list(range(WORLD)), f"missing ranks, errors: {run['errors']}\n{run['logs']}"
+    return results
+
+
+def test_collectives_are_exact_across_nodes(launched: dict[str, Any]) -> None:
+    for r, res in _ranks(launched).items():
+        assert res["sum_int"] == 10
+        assert res["sum_tensor"] == [6, 4 * 2**40 + 6]
+        assert res["max_float"] == 1.5
+        assert res["sum_float"] == math.fsum(0.1 * (k + 1) for k in range(WORLD))
+        assert res["gather_int"] == [0, 1, 2, 3]
+        assert res["gather_str"] == ["node0/0", "node0/1", "node1/0", "node1/1"]
+        assert res["gather_ragged"] == [[float(i) for i in range(k + 1)] for k in range(WORLD)]
+        assert res["bcast_tensor"] == [3.0, 3.0, 3.0]
+        assert res["bcast_str"] == "from 2"
+        assert res["group_12"] == (5 if r in (1, 2) else r + 1)  # outside the group: the input back
+        assert res["group_0_last"] == ([0, 3] if r in (0, 3) else [r])
+
+
+def test_topology_on_every_rank(launched: dict[str, Any]) -> None:
+    for r, res in _ranks(launched).items():
+        keys = ("rank", "world_size", "local_rank", "node_rank", "nnodes", "nproc_per_node")
+        assert [res[k] for k in keys] == [r, WORLD, r % 2, r // 2, 2, 2]
+        assert res["module"] == [r, r % 2, r // 2, 2, 2, WORLD]  # get_rank, get_local_rank, get_node_rank...
+        assert res["hostname"] == f"node{r // 2}"
+
+
+@pytest.fixture(scope="module")
+def one_process() -> dict[str, Any]:
+    with idist.context("serial") as ctx:
+        return {f"{n}-{d}": train(ctx, n, d, B, EPOCHS) for n, d in training_cases(WORLD)}
+
+
+def test_training_equals_one_process(launched: dict[str, Any], one_process: dict[str, Any]) -> None:
+    ranks = _ranks(launched)
+    for case, single in one_process.items():
+        for r, res in ranks.items():
+            got = res["training"][case]
+            torch.testing.assert_close(
+                torch.tensor(got["weights"]), torch.tensor(single["weights"]), rtol=0, atol=1e-5,
+                msg=lambda m, r=r, case=case: f"rank {r}, case {case}: {m}",
+            )  # fmt: skip
+            assert got["rng_untouched"]
+        for e in range(EPOCHS):
+            seen = [i for res in ranks.values() for i in res["training"][case]["seen"][e]]
+            assert len(seen) == len(set(seen)) and sorted(seen) == sorted(single["seen"][e])
+
+
+def test_no_process_left_on_any_node(launched: dict[str, Any]) -> None:
+    _ranks(launched)
+    assert launched["left"] == {0: [], 1: []}
+
+
+_SS = re.compile(r"^(?P<addr>\S+):(?P<port>\d+) .*pid=(?P<pid>\d+)")
+
+
+def test_listeners_bind_the_interface_that_reaches_master(launched: dict[str, Any]) -> None:
+    """Every socket idist opens listens on the node's own address (the route to master_addr), not on
+    all interfaces (``*``/``0.0.0.0``). Under plain torchrun the agent's store is torch's: only the
+    ranks' sockets are checked there."""
+    ranks = _ranks(launched)
+    rank_pids = {str(res["pid"]) for res in ranks.values()}
+    wrong = []
+    for r in (0, 2):  # local rank 0 of each node captured its node's socket table
+        for line in ranks[r]["ss"]["listen"]:
+            m = _SS.match(line)
+            assert m, line
+            if launched["launcher"] == "torchrun" and m["pid"] not in rank_pids:
+                continue
+            if m["addr"] != launched["addrs"][r // 2]:
+                wrong.append(f"node{r // 2}: {line}")
+    assert not wrong, "listening beyond the interface that reaches master_addr:\n" + "\n".join(wrong)
+
+
+def test_config_names_the_interface(launched: dict[str, Any]) -> None:
+    """show_config (ctx.config) says which interface and address gloo and the store use, and why."""
+    for r, res in _ranks(launched).items():
+        text = " ".join(f"{k}={v}" for k, v in res["config"].items())
+        assert "eth0" in text and launched["addrs"][r // 2] in text, f"rank {r}: {res['config']}"
+
+
+def test_loopback_hostname_still_joins(nodes: NodeNet, tmp_path: Path) -> None:
+    """Every node's hostname resolves to 127.0.1.1 (Debian's default): gloo must still bind eth0."""
+    for i in range(2):
+        nodes.hostname_resolves_to(i, "127.0.1.1")
+    job = start_job(nodes, "spawn", tmp_path / "out", PORT, ["--timeout", "10"])
+    rcs = job.wait(35)
+    assert rcs == [0, 0], f"launchers: {rcs}; errors: {job.errors()}\n{job.logs()}"
+    assert sorted(job.results()) == list(range(WORLD))
+    assert all(res["sum_int"] == 10 for res in job.results().values())
+
+
+def test_idist_info_shows_topology_and_interface(nodes: NodeNet) -> None:
+    """``idist info`` on node 1, in rank 2's environment: the topology and the interface it would use."""
+    env = clean_env(
+        RANK="2", LOCAL_RANK="0", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2", GROUP_RANK="1",
+        MASTER_ADDR=nodes.nodes[0].addr, MASTER_PORT=str(PORT),
+    )  # fmt: skip
+    r = subprocess.run(nodes.argv(1, [sys.executable, "-m", "idist", "info"]), capture_output=True, text=True,
+                       env=env, timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "node 1 of 2" in r.stdout and "rank 2 of 4" in r.stdout, r.stdout
+    assert "eth0" in r.stdout and nodes.nodes[1].addr in r.stdout, r.stdout
