@@ -97,3 +97,19 @@ def raise_in_context(local_rank: int, bad_rank: int) -> None:
     if idist.get_rank() == bad_rank:
         raise ValueError(f"boom from rank {bad_rank}")
     idist.barrier()
+
+
+def listeners(local_rank: int, initialize: bool = True) -> list[str]:
+    """The local addresses this rank listens on (``ss``), once the group is up (``initialize``:
+    the seed form, else the context is already there: ignite's form, Parallel)."""
+    import subprocess
+
+    if initialize:
+        idist.initialize()
+    idist.barrier()
+    table = subprocess.run(["ss", "-tlnpH"], capture_output=True, text=True, check=False).stdout
+    mine = [line.split()[3] for line in table.splitlines() if f"pid={os.getpid()}," in line]
+    idist.barrier()
+    if initialize:
+        idist.finalize()
+    return mine

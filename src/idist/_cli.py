@@ -1,12 +1,11 @@
 """The ``idist`` command: ``idist run`` starts a script on N ranks, ``idist info`` reports.
 
-``idist run -n N [--nnodes M --node-rank K --master-addr A --master-port P]
-[--backend gloo|nccl|horovod] script.py [args...]`` (or ``-m module``). Native backends go
-through torch's elastic launcher (``torch.distributed.run``): one node without a master
-port uses a c10d rendezvous on a free loopback port; ``--nnodes``/``--master-port`` a
-static rendezvous at the master address. Output lines are prefixed with the global rank;
-the exit status is the first failed rank's (128 + N for signal N). Horovod jobs go
-through ``horovodrun``. ``idist info`` prints backends, launcher environment and devices.
+``idist run -n N [--nnodes M --node-rank K --master-addr A --master-port P] [--checked]
+[--rdzv-timeout S] [--backend gloo|nccl|horovod] script.py [args...]`` (or ``-m module``)
+starts the ranks with torchrun's variables (``launch/_scripts``); one node without a port
+gets a free loopback one. Output lines are prefixed with the global rank; the exit status
+is the first failed rank's (128 + N for signal N). Horovod jobs go through ``horovodrun``.
+``idist info`` prints the backends, the launcher environment, the interface and devices.
 """
 
 from __future__ import annotations
@@ -18,8 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import uuid
 from collections.abc import Sequence
 
 #: Status for a command line that cannot work (as argparse uses).
@@ -44,7 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--master-port", type=int, default=None, help="rendezvous port (default: a free one, 1 node)")
     run.add_argument(
         "--backend", default="gloo", choices=("gloo", "nccl", "horovod"),
-        help="launcher family: gloo/nccl go through torch.distributed.run, horovod through horovodrun",
+        help="launcher family: gloo/nccl start the ranks here (torchrun's variables), horovod through horovodrun",
+    )  # fmt: skip
+    run.add_argument("--checked", action="store_true", help="checked mode in every rank (IDIST_CHECKED=1)")
+    run.add_argument(
+        "--rdzv-timeout", type=float, default=None, metavar="S",
+        help="seconds the ranks wait for each other to join (default: the process group's timeout)",
     )  # fmt: skip
     run.add_argument("-m", "--module", action="store_true", help="run the target as a module (python -m)")
     run.add_argument("script", help="the script (or module with -m) to run")
@@ -79,55 +81,21 @@ def _check_topology(a: argparse.Namespace) -> str | None:
     return None
 
 
-def _torchrun_argv(a: argparse.Namespace, log_dir: str) -> list[str]:
-    argv = [
-        "--nnodes", str(a.nnodes), "--nproc-per-node", str(a.nproc),
-        "--max-restarts", "0", "--monitor-interval", "0.1",
-        "--tee", "3", "--log-dir", log_dir,
-    ]  # fmt: skip
-    if a.master_port is None:
-        # One node, no port given: c10d rendezvous on a free loopback port (like --standalone).
-        argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{a.master_addr or '127.0.0.1'}:0"]
-        argv += ["--rdzv-id", str(uuid.uuid4())]
-    else:
-        argv += ["--rdzv-backend", "static", "--node-rank", str(a.node_rank)]
-        argv += ["--master-addr", a.master_addr or "127.0.0.1", "--master-port", str(a.master_port)]
-    if a.module:
-        argv.append("--module")
-    return [*argv, a.script]
-
-
 def _run_native(a: argparse.Namespace) -> int:
-    # deferred: torch's elastic launcher costs ~0.5 s to import and only `idist run` needs it
-    from torch.distributed.elastic.multiprocessing.api import SignalException  # (see above)
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # (see above)
-    from torch.distributed.launcher.api import elastic_launch  # (see above)
-    from torch.distributed.run import config_from_args, parse_args  # (see above)
+    # deferred: idist.launch imports torch; `idist --help` and argument errors answer without it
+    from .launch._plan import LaunchPlan  # (see above)
+    from .launch._scripts import run_script  # (see above)
 
-    log_dir = tempfile.mkdtemp(prefix="idist-run-")
-    try:
-        args = parse_args(_torchrun_argv(a, log_dir))  # type: ignore[no-untyped-call]  # torch leaves it unannotated
-        # The script's own arguments bypass torch's parser, which would take any of them
-        # that abbreviates one of its options (--nproc, --node...).
-        args.training_script_args = list(a.args)
-        config, cmd, cmd_args = config_from_args(args)
-        config.log_line_prefix_template = "[rank${rank}]:"
-        try:
-            elastic_launch(config=config, entrypoint=cmd)(*cmd_args)
-        except ChildFailedError as e:
-            rank, failure = e.get_first_failure()
-            code = failure.exitcode
-            how = f"was killed by {failure.signal_name()}" if code < 0 else f"exited with code {code}"
-            print(
-                f"idist run: rank {rank} (local rank {failure.local_rank}) {how}; stopped the others", file=sys.stderr
-            )
-            return _exit_status(code)
-        except SignalException as e:
-            print(f"idist run: stopped every rank on {e.sigval.name}", file=sys.stderr)
-            return _exit_status(-int(e.sigval))
-        return 0
-    finally:
-        shutil.rmtree(log_dir, ignore_errors=True)
+    plan = LaunchPlan(
+        nproc_per_node=a.nproc, nnodes=a.nnodes, node_rank=a.node_rank, master_addr=a.master_addr,
+        master_port=a.master_port,
+    )  # fmt: skip
+    env = {"IDIST_CHECKED": "1"} if a.checked else {}
+    if a.rdzv_timeout is not None:
+        env["IDIST_RDZV_TIMEOUT"] = str(a.rdzv_timeout)
+    target = ["-m", a.script] if a.module else [a.script]
+    node = f", node {a.node_rank}" if a.nnodes > 1 else ""
+    return run_script(plan, [*target, *a.args], env, node)
 
 
 def _run_horovod(a: argparse.Namespace) -> int:

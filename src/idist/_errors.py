@@ -23,6 +23,7 @@ __all__ = [
     "LaunchConfigError",
     "LaunchError",
     "ReduceOverflowError",
+    "RendezvousTimeoutError",
     "TrainingSetupError",
     "UnknownBackendError",
     "UnsupportedOpError",
@@ -47,6 +48,7 @@ class IdistError(Exception):
     │   └── LaunchConfigError        (ValueError)   spawn / Parallel / CLI arguments that cannot work
     ├── ContextClosedError           (RuntimeError) a context used after finalize()/its block
     ├── CollectiveTimeoutError       (TimeoutError) a collective did not complete in time (names the missing ranks)
+    ├── RendezvousTimeoutError       (TimeoutError) ranks (nodes) that did not join the rendezvous in time
     ├── PeerLostError                (ConnectionError) a peer died or closed its connection mid-collective
     │   └── GroupBrokenError         (ConnectionError) the group is unusable: one rank failed, or a collective
     ├── LeaderFailedError            (RuntimeError) the leader of one_rank_first / one_rank_only raised
@@ -141,6 +143,10 @@ class CollectiveMismatchError(CollectiveInputError):
 
 class CollectiveTimeoutError(IdistError, TimeoutError):
     """A collective did not complete within its timeout; names the ranks that did not arrive."""
+
+
+class RendezvousTimeoutError(IdistError, TimeoutError):
+    """Not every rank joined the rendezvous in time; names the missing ranks and their nodes."""
 
 
 class PeerLostError(IdistError, ConnectionError):

@@ -74,7 +74,7 @@ def test_a_failing_replica_is_named_and_its_xla_process_stopped(tmp_path: Path, 
     took = time.monotonic() - start
     err = info.value
     assert (err.rank, err.local_rank, err.exitcode) == (bad, bad, 1), str(err)
-    assert err.traceback is not None and f"deliberate failure on replica {bad}" in err.traceback
+    assert err.traceback is not None and f"deliberate failure on rank {bad}" in err.traceback
     assert "ZeroDivisionError" in str(err)
     assert took < 150, took  # the other replica, stuck in the barrier, did not hold the launch
     assert wait_gone(marker_pids(marker, n), 10) == []

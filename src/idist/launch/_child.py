@@ -10,6 +10,8 @@ time, exit code)``.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -24,8 +26,9 @@ import attrs
 
 from .. import _stack
 
-#: How often a rank checks that its parent is still alive.
-WATCHDOG_INTERVAL = 0.5
+#: How often a rank checks that its parent is still alive (a backstop to PR_SET_PDEATHSIG).
+WATCHDOG_INTERVAL = 0.1
+PR_SET_PDEATHSIG = 1
 
 
 @attrs.frozen(kw_only=True)
@@ -56,9 +59,20 @@ def _watch_parent(parent: int) -> None:
                 os._exit(1)
 
 
+def die_with_parent() -> None:
+    """The kernel sends this process SIGKILL the moment its parent dies (Linux; elsewhere the
+    watchdog below is all there is)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _isolate(spec: ChildSpec) -> None:
     if hasattr(os, "setpgrp"):
         os.setpgrp()
+    if spec.parent_pid != -1:
+        # not for forkserver children, whose parent is the server, nor when the launching thread
+        # may end before the launch does (the signal follows the thread that started us)
+        die_with_parent()
     parent = os.getppid()
     if parent != spec.parent_pid and spec.parent_pid != -1:
         os._exit(1)  # the launcher died before we started

@@ -29,7 +29,7 @@ R = TypeVar("R")
 GRACE_SECONDS = 3.0
 
 
-def _signal_name(exitcode: int) -> str | None:
+def signal_name(exitcode: int) -> str | None:
     if exitcode >= 0:
         return None
     try:
@@ -158,7 +158,7 @@ class SpawnHandle(Generic[R]):
                 _, summary, tb, when, intended = r.message
                 failures.append(_Failure(r, when, summary, intended, tb))
             elif code != 0:
-                sig = _signal_name(code)
+                sig = signal_name(code)
                 what = f"was killed by {sig}" if sig else f"exited with code {code}"
                 if r.message is not None:
                     what += " after fn returned"
@@ -191,7 +191,7 @@ class SpawnHandle(Generic[R]):
         code = f.exitcode if f.exitcode is not None else r.exitcode
         return LaunchError(
             text, rank=r.rank, local_rank=r.local_rank, exitcode=code,
-            signal_name=_signal_name(code) if code is not None else None, traceback=f.traceback,
+            signal_name=signal_name(code) if code is not None else None, traceback=f.traceback,
         )  # fmt: skip
 
     def terminate(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -68,7 +69,10 @@ def start(
     ctx: Any = mp.get_context(start_method)
     ranks: list[_Rank] = []
     handle: SpawnHandle[Any] = SpawnHandle(ranks, reservation, plan)
-    parent_pid = os.getpid() if start_method != "forkserver" else -1
+    # -1: a forkserver child's parent is the server; a launch from another thread than the main
+    # one may outlive that thread, and PR_SET_PDEATHSIG would follow the thread
+    main_thread = threading.current_thread() is threading.main_thread()
+    parent_pid = os.getpid() if start_method != "forkserver" and main_thread else -1
     try:
         for local in range(plan.nproc_per_node):
             t = plan.topology(local)

@@ -82,6 +82,28 @@ class Reporter:
         return True
 
 
+_PREFIX = "idist-launch-"
+
+
+def _sweep_stale() -> None:
+    """Remove the folders of launches whose parent died without removing them (SIGKILL)."""
+    root = Path(tempfile.gettempdir())
+    for entry in root.glob(f"{_PREFIX}*-*"):
+        pid = entry.name[len(_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)) and entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
 @final
 class ReportFolder:
     """The launch's side: reads what the ranks wrote.
@@ -93,7 +115,10 @@ class ReportFolder:
 
     def __init__(self, path: str | None = None) -> None:
         self._owned = path is None
-        self.path = tempfile.mkdtemp(prefix="idist-launch-") if path is None else path
+        if path is None:
+            _sweep_stale()
+            path = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
+        self.path = path
         self.reporter = Reporter(self.path)
 
     def read(self, kind: Kind) -> dict[int, Any]:

@@ -14,7 +14,9 @@ waiting for the group's timeout. The world is then rebuilt before the next run.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import contextvars
+import ctypes
 import datetime
 import itertools
 import queue
@@ -42,6 +44,15 @@ _worlds = itertools.count()
 
 #: seconds past its group's timeout that an abandoned rank thread gets to end at exit
 EXIT_GRACE = 5.0
+#: seconds the rank threads of a timed-out run get to end once interrupted
+ABORT_GRACE = 1.0
+
+
+class Abandoned(BaseException):
+    """Raised inside a rank's code when its simulated run timed out (a BaseException, so that
+    ``except Exception`` in user code does not keep the thread alive)."""
+
+
 #: rank threads left running by a timed-out run, and when they should have ended
 _abandoned: list[tuple[threading.Thread, float]] = []
 
@@ -101,12 +112,22 @@ class _Rank(threading.Thread):
         self.store = store
         self.timeout = timeout
         self.checked = checked
+        self.ctx: NativeContext | None = None
         self.out: queue.SimpleQueue[_Report] = out
         self.jobs: queue.SimpleQueue[tuple[int, Callable[..., object], tuple[object, ...]] | None] = queue.SimpleQueue()
 
+    def abort(self) -> None:
+        """From another thread: break this rank's group and raise ``Abandoned`` in its code."""
+        ctx = self.ctx
+        if ctx is not None and not ctx.closed:
+            with contextlib.suppress(Exception):
+                ctx._break("the simulated run timed out")
+        if self.is_alive() and self.ident is not None:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.ident), ctypes.py_object(Abandoned))
+
     def run(self) -> None:
         try:
-            ctx = NativeContext.in_process(
+            ctx = self.ctx = NativeContext.in_process(
                 self.store, self.rank, self.size, timeout=_pg_timeout(self.timeout), checked=self.checked
             )
         except BaseException as exc:
@@ -127,6 +148,7 @@ class _Rank(threading.Thread):
                 self.out.put((run_id, self.rank, True, value))
                 del value
         finally:
+            self.ctx = None  # the last reference: the group and its connections go with it
             ctx.close()
             del ctx
 
@@ -212,14 +234,20 @@ class SimulatedWorld(BaseWorld):
             t.join(max(0.0, deadline - time.monotonic()))
 
     def _abandon(self) -> None:
-        # Threads still inside ``fn`` cannot be stopped from outside; they are daemons, and
-        # one blocked in a collective ends at its group's timeout (shorter than ours).
+        """After a timeout: break every rank's group (a rank blocked on a peer fails at once),
+        interrupt the ranks still running Python code, and give them a moment to end."""
         ranks, self._ranks = self._ranks, []
-        until = time.monotonic() + _pg_timeout(self.timeout).total_seconds() + EXIT_GRACE
-        _abandoned[:] = [(t, u) for t, u in _abandoned if t.is_alive()]
         for t in ranks:
             t.jobs.put(None)
-            _abandoned.append((t, until))
+            t.abort()
+        deadline = time.monotonic() + ABORT_GRACE
+        for t in ranks:
+            t.join(max(0.0, deadline - time.monotonic()))
+        # one still alive is inside C code that ignores both (time.sleep...): a daemon, it ends
+        # by itself, at the latest at its group's timeout
+        until = time.monotonic() + _pg_timeout(self.timeout).total_seconds() + EXIT_GRACE
+        _abandoned[:] = [(t, u) for t, u in _abandoned if t.is_alive()]
+        _abandoned.extend((t, until) for t in ranks if t.is_alive())
 
     def close(self) -> None:
         """End every rank thread and release the process groups. Safe to call twice."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-import gc
+import threading
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Self, final
 
@@ -34,6 +34,8 @@ class NativeContext(DistContext[NativeComm]):
     ADOPTS_FROM: ClassVar[str | None] = "torch.distributed"
     #: the process group's own timeout (``ctx.timeout(s)`` bounds a section without changing it)
     pg_timeout: datetime.timedelta = attrs.field(repr=False, default=_create.DEFAULT_TIMEOUT)
+    #: the local address this rank's gloo connections use (None: torch's choice, for an adopted group)
+    bind_address: str | None = attrs.field(repr=False, default=None)
     _store: Store | None = attrs.field(repr=False, default=None, alias="_store")
     #: True when this context created the default group and must destroy it on close
     _owns_default: bool = attrs.field(repr=False, default=False, alias="_owns_default")
@@ -87,7 +89,12 @@ class NativeContext(DistContext[NativeComm]):
         store = PrefixStore(f"idist/group/{'-'.join(map(str, ranks))}", self._store)
         grank = ranks.index(self.rank)
         pg: Any
-        if self.backend == "gloo":
+        if self.backend == "gloo" and self.bind_address is not None:
+            opts = ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private in torch's stubs
+            opts._timeout = self.pg_timeout
+            opts._devices = [ProcessGroupGloo.create_device(hostname=self.bind_address)]
+            pg = ProcessGroupGloo(store, grank, len(ranks), opts)
+        elif self.backend == "gloo":
             pg = ProcessGroupGloo(store, grank, len(ranks), self.pg_timeout)
         else:
             pg = dist.ProcessGroupNCCL(store, grank, len(ranks), dist.ProcessGroupNCCL.Options())
@@ -176,14 +183,18 @@ class NativeContext(DistContext[NativeComm]):
         state = self._state
         state.world.guard.publish_broken(reason)
         dead = BrokenPG(reason)
+        groups: list[object] = []
         for comm in (state.world, *state.comms.values()):
             if comm is not None and not isinstance(comm.pg, BrokenPG):
                 comm.inflight.drain(FAILED_SECONDS)
+                groups.append(comm.pg)
                 comm.pg = dead
         _ddp.forget(self)
         if self._owns_default and dist.is_initialized():
             dist.destroy_process_group()
-        gc.collect()  # the groups' last references go here, and with them their connections
+        # The last references go in a thread of their own: destroying a group joins its worker
+        # threads, which a collective still in flight (on another thread) keeps busy.
+        threading.Thread(target=groups.clear, name="idist-drop-groups", daemon=True).start()
 
     def timeout(self, seconds: float) -> AbstractContextManager[None]:
         return self._state.world.guard.section(seconds)

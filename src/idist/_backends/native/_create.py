@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, TypeVar, cast
 import attrs
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store, TCPStore
+from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store
 
 from ..._core import ContextState
 from ..._errors import AlreadyInitializedError, BackendUnavailableError, LaunchEnvironmentError
 from ..._launch_env import LaunchInfo, detect
 from ..._topology import Topology
+from . import _rendezvous
 from ._comm import NativeComm, PGLike
 from ._guard import Guard, checked_from_env
 
@@ -76,7 +77,7 @@ def _device(name: str, local_rank: int) -> torch.device:
 
 def _build(
     cls: type[C], name: str, pg: PGLike, store: Store | None, info: LaunchInfo,
-    timeout: datetime.timedelta, owns_default: bool, checked: bool | None = None,
+    timeout: datetime.timedelta, owns_default: bool, checked: bool | None = None, bind: str | None = None,
 ) -> C:  # fmt: skip
     device = _device(name, info.topology.local_rank)
     guard = Guard(
@@ -91,7 +92,7 @@ def _build(
     state = ContextState(world)
     ctx = cls(
         backend=name, topology=info.topology, device=device, config={**info.decided_by, "launcher": info.launcher},
-        pg_timeout=timeout, _store=store, _owns_default=owns_default, _state=state,
+        pg_timeout=timeout, bind_address=bind, _store=store, _owns_default=owns_default, _state=state,
     )  # fmt: skip
     if device.type == "cuda":
         previous = torch.cuda.current_device()
@@ -159,6 +160,8 @@ def create(
     if init_method is not None:
         info = attrs.evolve(info, decided_by={**info.decided_by, "master": f"init_method={init_method}"})
     world = info.topology.world_size
+    bind = _rendezvous.bind_for(info, master_addr or info.master_addr)
+    info = _rendezvous.noted(info, bind)
     if store is None and init_method is None:
         addr = master_addr or info.master_addr or LOOPBACK
         port = master_port if master_port is not None else info.master_port
@@ -171,16 +174,19 @@ def create(
             port = 0  # a free port: one process needs no peers to find it
         # Under torchrun the agent already serves the store on MASTER_PORT: every rank is a client.
         agent_store = info.launcher == "torchrun" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-        store = TCPStore(addr, port, world, info.topology.rank == 0 and not agent_store, timeout=td)
-    dist.init_process_group(
-        name, init_method=init_method, store=store, rank=info.topology.rank, world_size=world, timeout=td
-    )
+        store = _rendezvous.tcp_store(addr, port, info, info.topology.rank == 0 and not agent_store, td)
+        if world > 1 and not agent_store:
+            _rendezvous.join(store, info, td, f"{addr}:{port}")
+    with _rendezvous.gloo_interface(bind):
+        dist.init_process_group(
+            name, init_method=init_method, store=store, rank=info.topology.rank, world_size=world, timeout=td
+        )
     try:
         if store is None:
             store = dist.distributed_c10d._get_default_store()
         pg = dist.group.WORLD
         assert pg is not None
-        ctx = _build(cls, name, pg, store, info, td, owns_default=True, checked=checked)
+        ctx = _build(cls, name, pg, store, info, td, owns_default=True, checked=checked, bind=bind.address)
         CREATED.add(id(pg))
         ctx._state.on_close.append(lambda: CREATED.discard(id(pg)))
         return ctx
@@ -255,4 +261,4 @@ def create_in_process(
     pg = cast(PGLike, ProcessGroupGloo(PrefixStore("idist/world", store), rank, world_size, opts))
     info = _explicit_info(rank, world_size, None, None)
     info = attrs.evolve(info, launcher="simulated", decided_by={"world": "in-process store"})
-    return _build(cls, "gloo", pg, store, info, td, owns_default=False, checked=checked)
+    return _build(cls, "gloo", pg, store, info, td, owns_default=False, checked=checked, bind=LOOPBACK)

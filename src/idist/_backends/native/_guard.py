@@ -148,7 +148,7 @@ class Guard:
 
         def publish_and_wait() -> bool:
             store.set(keys[comm.group_rank], f"{type(exc).__name__}: {exc}")
-            return all(_present(store, keys, AGREE_WINDOW))
+            return all(present(store, keys, AGREE_WINDOW))
 
         if bounded(publish_and_wait, AGREE_WINDOW + 1.0):
             self.agreed[comm.key] = n + 1
@@ -197,20 +197,20 @@ class Guard:
 
         def report() -> list[bool]:
             store.set(keys[comm.group_rank], "1")
-            return _present(store, keys, grace)
+            return present(store, keys, grace)
 
-        present = bounded(report, grace + 1.0)
-        if present is None:
+        arrived = bounded(report, grace + 1.0)
+        if arrived is None:
             return [], False
-        return [comm.ranks[r] for r, ok in enumerate(present) if not ok], True
+        return [comm.ranks[r] for r, ok in enumerate(arrived) if not ok], True
 
 
-def _present(store: Store, keys: list[str], seconds: float) -> list[bool]:
+def present(store: Store, keys: list[str], seconds: float) -> list[bool]:
     """Which keys exist, once all do or ``seconds`` passed (polled: a store ``wait`` that times
     out leaves its answer in flight, to be misread as the answer to the next request)."""
-    deadline = time.monotonic() + seconds
-    while not store.check(keys) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    start = time.monotonic()
+    while not store.check(keys) and (waited := time.monotonic() - start) < seconds:
+        time.sleep(0.01 if waited < 1.0 else 0.1)
     return [store.check([k]) for k in keys]
 
 
