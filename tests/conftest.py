@@ -44,6 +44,11 @@ SLOW_TESTS = (
     "test_testing_pool.py::test_a_rank_stuck_after_a_failure_restarts_the_pool",
     "test_testing_pool.py::test_a_timeout_names_the_rank_and_stops_the_processes",
     "test_testing_pool.py::test_the_plugin_gives_users_a_simulated_world",
+    "test_faults.py::test_checked_mode_names_an_absent_rank_without_a_section_timeout",
+    "test_faults.py::test_one_bad_process_breaks_the_default_group_of_every_process",
+    "test_faults.py::test_one_node_launches_listen_on_loopback_only",
+    "test_faults.py::test_a_launcher_killed_with_sigkill_takes_every_rank_within_a_second",
+    "test_faults.py::test_idist_run_prefixes_each_line_once",
 )
 
 
@@ -55,7 +60,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         rel = path.relative_to(here).as_posix()
         node = rel + "::" + item.nodeid.split("::", 1)[-1]
-        if rel in SLOW_MODULES or node.startswith(SLOW_TESTS) or rel.startswith(("horovod/", "xla/")):
+        if rel in SLOW_MODULES or node.startswith(SLOW_TESTS) or rel.startswith(("horovod/", "xla/", "netns/")):
             item.add_marker(pytest.mark.slow)
 
 

@@ -113,7 +113,7 @@ def test_checked_mode_names_mismatched_calls_dtypes_and_shapes(what: str) -> Non
 def _absent(ctx: idist.DistContext) -> tuple[str, str, float]:
     start = time.monotonic()
     if ctx.rank == 1:
-        time.sleep(25)  # absent from rank 0's collective for longer than the checked wait
+        time.sleep(15)  # absent from rank 0's collective for longer than the checked wait (10 s)
         return "slept", "", 0.0
     try:
         ctx.all_reduce(1)

@@ -135,6 +135,7 @@ def cmd_info() -> int:
 
     import idist  # (see above)
 
+    from . import _netif  # (see above)
     from ._errors import LaunchEnvironmentError  # (see above: idist's modules import torch)
     from ._launch_env import detect  # (see above)
 
@@ -155,6 +156,12 @@ def cmd_info() -> int:
                   f"node {t.node_rank} of {t.nnodes}, master {info.master_addr}:{info.master_port}")  # fmt: skip
             for field, why in info.decided_by.items():
                 print(f"  {field}: {why}")
+            try:
+                bind = _netif.choose_bind(info.master_addr, nnodes=t.nnodes, env=os.environ)
+            except _netif.NetifError as e:
+                print(f"  interface: cannot choose one: {e}")
+            else:
+                print(f"  interface: {bind.address} on {bind.interface or 'an unknown interface'} ({bind.reason})")
     horovod = [k for k in ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_HOSTNAME") if k in os.environ]
     if horovod:
         print("horovodrun: " + " ".join(f"{k}={os.environ[k]}" for k in horovod))

@@ -15,7 +15,7 @@ import torch
 
 from . import _codec, _exchange, _frame, _number_sum
 from ._errors import CollectiveInputError, IdistError
-from ._reduce import check_value_op, fold_values
+from ._reduce import check_op_name, check_value_op, fold_values
 
 if TYPE_CHECKING:
     from ._context import DistContext
@@ -24,6 +24,30 @@ if TYPE_CHECKING:
 #: Tensors up to this many bytes ride inside the broadcast frame (one collective);
 #: larger ones are broadcast straight into the receiver's tensor after a header round.
 INLINE_TENSOR_BYTES = 1 << 16
+
+
+def checked_op(
+    ctx: DistContext, member: bool, x: object, op: str, error: IdistError | None
+) -> tuple[str, IdistError | None]:
+    """What this rank can tell alone about an all_reduce: the op's name and the error, if any."""
+    if error is not None:
+        return op, error
+    try:
+        name = check_op_name(op, ctx.VALID_OPS, ctx.backend)
+        if member and isinstance(x, torch.Tensor):
+            ctx._check_tensor(x, name)
+    except IdistError as exc:
+        return op, exc
+    return name, None
+
+
+def src_error(src: object, world_size: int, ranks: tuple[int, ...] | None) -> IdistError | None:
+    """What is wrong with broadcast's ``src`` (a global rank, a member of ``ranks``), or None."""
+    if not isinstance(src, int) or isinstance(src, bool) or not 0 <= src < world_size:
+        return CollectiveInputError(f"broadcast src must be a global rank in 0..{world_size - 1}, got {src!r}")
+    if ranks is not None and src not in ranks:
+        return CollectiveInputError(f"broadcast src {src} is not in the group {list(ranks)}; pass a member rank")
+    return None
 
 
 def all_reduce(ctx: DistContext[CommT], comm: CommT, x: object, op: str) -> object:

@@ -17,10 +17,9 @@ import torch
 
 from . import _collectives, _rank_only
 from ._core import CommT, ContextCore
-from ._errors import CollectiveInputError, IdistError
+from ._errors import IdistError
 from ._group import Group, check_ranks
 from ._log import visible_logger
-from ._reduce import check_op_name
 from ._types import GroupArg, ModelName, ReduceOp
 from .training import _dataloader, _model, _optim, _settings
 
@@ -108,21 +107,15 @@ class DistContext(ContextCore[CommT]):
         With no logging configured, rank 0 prints it to stderr (as ignite does); with
         logging configured, the record goes to the application's handlers once.
         """
-        t = self.topology
         lines = [
             f"distributed configuration: {self.MODEL_NAME} ({type(self).__name__})",
             f"backend: {self.backend}",
             f"device: {self.device}",
             f"hostname: {self.hostname()}",
-            f"world size: {t.world_size}",
-            f"rank: {t.rank}",
-            f"local rank: {t.local_rank}",
-            f"num processes per_node: {t.nproc_per_node}",
-            f"num nodes: {t.nnodes}",
-            f"node rank: {t.node_rank}",
+            *self.topology.lines(),
+            *(f"decided by: {k}: {v}" for k, v in self.config.items()),
         ]
-        lines += [f"decided by: {k}: {v}" for k, v in self.config.items()]
-        visible_logger("idist.config").info("\n".join(lines), extra={"idist_rank": t.rank})
+        visible_logger("idist.config").info("\n".join(lines), extra={"idist_rank": self.rank})
 
     # ------------------------------------------------------------------ groups
     def new_group(self, ranks: Sequence[int]) -> Group:
@@ -161,14 +154,7 @@ class DistContext(ContextCore[CommT]):
 
     def _all_reduce(self, x: object, op: str, group: GroupArg) -> object:
         comm, error = self._enter(group)
-        name = op
-        if error is None:
-            try:
-                name = check_op_name(op, self.VALID_OPS, self.backend)
-                if comm is not None and isinstance(x, torch.Tensor):
-                    self._check_tensor(x, name)
-            except IdistError as exc:
-                error = exc
+        name, error = _collectives.checked_op(self, comm is not None, x, op, error)
         if comm is None:  # not a member: nobody waits for this rank
             if error is not None:
                 raise error
@@ -213,14 +199,7 @@ class DistContext(ContextCore[CommT]):
 
     def _broadcast(self, x: object, src: int, group: GroupArg) -> object:
         comm, error = self._enter(group)
-        if error is None and (not isinstance(src, int) or isinstance(src, bool) or not 0 <= src < self.world_size):
-            error = CollectiveInputError(
-                f"broadcast src must be a global rank in 0..{self.world_size - 1}, got {src!r}"
-            )
-        elif error is None and comm is not None and src not in comm.ranks:
-            error = CollectiveInputError(
-                f"broadcast src {src} is not in the group {list(comm.ranks)}; pass a member rank"
-            )
+        error = error or _collectives.src_error(src, self.world_size, None if comm is None else comm.ranks)
         if comm is None:  # not a member: nobody waits for this rank
             if error is not None:
                 raise error

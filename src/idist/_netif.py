@@ -1,24 +1,12 @@
 """Which local address and interface a rank binds: loopback for one node, else the one that reaches the master.
 
-gloo and the rendezvous store must listen where their peers can reach them, and nowhere
-else (the network is not trusted). torch's own choice is the address the machine's
-*hostname* resolves to, which is wrong in two common set-ups: a hostname that resolves to
-127.0.1.1 (Debian's default) or 127.0.0.1 makes every rank advertise a loopback address to
-the other nodes, and a TCPStore server listens on every interface (``*:PORT``).
-
-``choose_bind(master_addr, nnodes=..., env=os.environ)`` answers instead:
-
-* ``GLOO_SOCKET_IFNAME`` set: that interface (the documented override; the first of a
-  comma-separated list), or ``NetifError`` naming the interfaces that exist;
-* one node (``nnodes == 1``) and a master address on this machine (or none): loopback;
-* otherwise: the source address the kernel picks to reach ``master_addr`` (a UDP
-  ``connect()``: no packet is sent) and the interface holding it. Where ``master_addr``
-  resolves to a loopback address on this node (torchrun's c10d rendezvous exports the
-  host's *name* as ``MASTER_ADDR``), the machine's only non-loopback address, if it has
-  exactly one.
-
-Standard library only (``socket``, ``fcntl`` ``SIOCGIFCONF``, ``/proc/net/if_inet6``);
-off Linux, interface names may be unknown (``None``) but addresses still are.
+torch's own choice is the address the machine's *hostname* resolves to (127.0.1.1 on Debian,
+so other nodes are told to connect there), and a TCPStore server listens on every interface.
+``choose_bind(master_addr, nnodes=..., env=os.environ)`` answers instead: ``GLOO_SOCKET_IFNAME``
+when set; loopback for one node whose master is local; else the source address the kernel
+uses to reach ``master_addr`` (a UDP ``connect()``, nothing sent) and its interface, or, where
+the master resolves to loopback here, the machine's only other interface. Standard library
+only; see docs/multinode.md.
 """
 
 from __future__ import annotations
@@ -100,7 +88,7 @@ def is_loopback(host: str) -> bool:
 
 def _ipv4_addresses() -> list[tuple[str, str]]:
     """(interface, address) for every IPv4 address (SIOCGIFCONF, Linux layout); [] if unsupported."""
-    import fcntl
+    import fcntl  # POSIX only: where it is missing, interface names are simply unknown
 
     ifreq = 40 if struct.calcsize("P") == 8 else 32
     size = ifreq * 256

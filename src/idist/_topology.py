@@ -20,6 +20,17 @@ class Topology:
     node_rank: int
     nnodes: int
 
+    def lines(self) -> list[str]:
+        """The topology as ignite's ``show_config`` words it, one line per field."""
+        return [
+            f"world size: {self.world_size}",
+            f"rank: {self.rank}",
+            f"local rank: {self.local_rank}",
+            f"num processes per_node: {self.nproc_per_node}",
+            f"num nodes: {self.nnodes}",
+            f"node rank: {self.node_rank}",
+        ]
+
     @classmethod
     def single(cls) -> Topology:
         """One process: rank 0 of 1 on one node."""

@@ -81,9 +81,10 @@ def checks(ctx: idist.DistContext, training: bool) -> dict[str, Any]:
         res["ss"] = _ss()  # every rank of this node has its gloo listener up by now
     ctx.barrier()
     if training:
-        from test_training_gloo import EPOCHS, B, train
+        from test_training_gloo import EPOCHS, B
+        from training_cases import train
 
-        res["training"] = {f"{n}-{d}": train(ctx, n, d, B, EPOCHS) for n, d in training_cases(w)}
+        res["training"] = {f"{n}-{d}": train(ctx, n, B, EPOCHS, drop_last=d) for n, d in training_cases(w)}
     return res
 
 

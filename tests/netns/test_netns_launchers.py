@@ -21,7 +21,8 @@ from netns_harness import LAUNCHERS, NodeNet, clean_env, skip_reason, start_job
 from netns_job import training_cases
 
 import idist
-from test_training_gloo import EPOCHS, B, train
+from test_training_gloo import EPOCHS, B
+from training_cases import train
 
 WORLD = 4
 PORT = 29500
@@ -78,7 +79,7 @@ def test_topology_on_every_rank(launched: dict[str, Any]) -> None:
 @pytest.fixture(scope="module")
 def one_process() -> dict[str, Any]:
     with idist.context("serial") as ctx:
-        return {f"{n}-{d}": train(ctx, n, d, B, EPOCHS) for n, d in training_cases(WORLD)}
+        return {f"{n}-{d}": train(ctx, n, B, EPOCHS, drop_last=d) for n, d in training_cases(WORLD)}
 
 
 def test_training_equals_one_process(launched: dict[str, Any], one_process: dict[str, Any]) -> None:

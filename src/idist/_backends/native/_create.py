@@ -84,6 +84,7 @@ def _build(
         PrefixStore("idist/guard", store) if store is not None else None,
         timeout,
         checked=checked_from_env() if checked is None else checked,
+        store_host_ranks=tuple(range(info.topology.nproc_per_node)),
     )
     world = NativeComm(
         pg, tuple(range(info.topology.world_size)), info.topology.rank, guard,

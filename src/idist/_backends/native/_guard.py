@@ -105,6 +105,8 @@ class Guard:
     broken: str | None = None
     #: per comm, how many failures every rank agreed on (keys the next agreement)
     agreed: dict[str, int] = attrs.Factory(dict)
+    #: the ranks on the node that serves the store (named when it stops answering)
+    store_host_ranks: tuple[int, ...] = ()
 
     @property
     def timeout(self) -> datetime.timedelta:
@@ -173,12 +175,12 @@ class Guard:
             self.broken = self.broken or reason
             return GroupBrokenError(f"{where}: the group was broken by {reason}. Finalize and restart")
         missing, answered = self._stall_report(comm)
-        if missing:
-            who = f"ranks {missing} did not arrive"
-        elif not answered:
-            who = "the rendezvous store did not answer (the node hosting it, rank 0's, is lost or unreachable)"
-        else:
-            who = "no rank is known to be missing"
+        me = comm.ranks[comm.group_rank]
+        if not answered:
+            missing = [r for r in comm.ranks if r in self.store_host_ranks and r != me]
+        who = f"ranks {missing} did not arrive" if missing else "no rank is known to be missing"
+        if not answered:
+            who += " (the rendezvous store on node 0 did not answer: that node is lost or unreachable)"
         detail = f"{where}: {who}. Backend said: {msg}; the group is no longer usable: finalize and restart"
         self.broken = self.broken or f"{what} failed ({who})"
         lowered = str(exc).lower()
