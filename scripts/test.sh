@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite: lint, types, tests, properties, the package check, then the
-# backend lanes. This is the README's test command; .ci/run calls exactly this.
+# The whole test suite: lint, types, tests, properties, the docs, the package check, then
+# the backend lanes. This is the README's test command; .ci/run calls exactly this.
 #   bash scripts/test.sh                  everything (what CI runs)
 #   bash scripts/test.sh --quick          ruff, mypy and the tests not marked slow (< 2 min):
-#                                         no system launchers, package check or lanes
+#                                         no system launchers, docs build, package check or lanes
 #   bash scripts/test.sh [--quick] ARGS   ARGS go to pytest (paths, -k, -x, ...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +28,17 @@ echo "== pyright (strict, tests/typing)"
 "$PY" -m pyright
 echo "== architecture (scripts/arch_report.py)"
 if [ "$quick" = 1 ]; then "$PY" scripts/arch_report.py --no-duplicates; else "$PY" scripts/arch_report.py; fi
+if [ "$quick" = 0 ]; then
+  echo "== docs (mkdocs build --strict)"
+  # into a temporary folder, so the checkout stays clean; a broken link or reference fails
+  site=$(mktemp -d)
+  set +e
+  NO_MKDOCS_2_WARNING=1 "$PY" -m mkdocs build --strict --site-dir "$site"
+  rc=$?
+  set -e
+  rm -rf "$site"
+  [ "$rc" -eq 0 ] || exit "$rc"
+fi
 if [ "$quick" = 1 ]; then
   echo "== pytest (tests + properties, not slow)"
   args=(-m "not slow" ${args[@]+"${args[@]}"})
