@@ -9,6 +9,7 @@ check that every workload runs and gives the right answer, never a speed.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import _harness as h
@@ -52,3 +53,30 @@ def table(title: str, rows: list[dict[str, Any]], *, smoke: bool) -> str:
 def failures(rows: list[dict[str, Any]]) -> list[str]:
     """Workloads whose result was wrong (a note from the check): a smoke run fails on these."""
     return [f"{row['name']}: {row['notes']}" for row in rows if row["notes"]]
+
+
+def profile(fn: Callable[[], object], calls: int, sync: Callable[[], None], top: int = 14) -> str:
+    """cProfile of ``calls`` back-to-back calls of ``fn`` (after ``sync``): the top functions by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    sync()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    text = out.getvalue()
+    return text[text.find("   ncalls") :] if "   ncalls" in text else text
+
+
+def profiles(rows: list[dict[str, Any]]) -> str:
+    """The profiles stored in ``rows`` (``--profile``), one block per workload and implementation."""
+    blocks = []
+    for row in rows:
+        for impl, text in row.get("profile", {}).items():
+            blocks.append(f"--- profile: {row['name']}, {impl} ({row['profile_calls']} calls, rank 0)\n{text}")
+    return "\n".join(blocks)

@@ -379,8 +379,18 @@ def time_workload(ctx: Any, index: int, opts: dict[str, Any]) -> dict[str, Any]:
         w["impls"], rounds=opts["rounds"], warmup=0, target_s=opts["target_s"],
         sync=lambda: threads_sync(n), agree=lambda v: threads_agree(ctx.rank, n, v), max_inner=opts["max_inner"],
     )  # fmt: skip
-    return {"name": w["name"], "inner": inner, "notes": notes, "target": w["target"], "times_s": times,
-            "stats": h.summarise(times, "raw")}  # fmt: skip
+    row = {"name": w["name"], "inner": inner, "notes": notes, "target": w["target"], "times_s": times,
+           "stats": h.summarise(times, "raw")}  # fmt: skip
+    if opts.get("profile"):
+        import _targets
+
+        row["profile_calls"] = opts["profile"]
+        row["profile"] = {
+            i: _targets.profile(fn, opts["profile"], lambda: threads_sync(n)) for i, fn in w["impls"].items()
+        }
+    if ctx.rank != 0:
+        row.pop("profile", None)
+    return row
 
 
 def count_compiles(ctx: Any, impl: str, index: int, calls: int, smoke: bool) -> list[int]:

@@ -222,10 +222,14 @@ def rank_main(opts: dict[str, Any]) -> list[dict[str, Any]]:
                 w.impls, rounds=opts["rounds"], warmup=opts["warmup"], target_s=opts["target_s"],
                 sync=hvd.barrier, agree=agree, max_inner=opts["max_inner"],
             )  # fmt: skip
-            rows.append({
+            row = {
                 "name": w.name, "inner": inner, "notes": notes, "target": target, "times_s": times,
                 "stats": h.summarise(times, "raw"),
-            })  # fmt: skip
+            }  # fmt: skip
+            if opts["profile"]:
+                row["profile_calls"] = opts["profile"]
+                row["profile"] = {i: _targets.profile(fn, opts["profile"], hvd.barrier) for i, fn in w.impls.items()}
+            rows.append(row)
         return rows
     finally:
         hvd.shutdown()
@@ -277,15 +281,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=21, help="interleaved rounds per workload")
     p.add_argument("--warmup", type=int, default=3, help="warm-up calls per implementation")
-    p.add_argument("--target-ms", type=float, default=20.0, help="wall time of one timed batch")
+    # Horovod ops take milliseconds and jitter by a cycle (HOROVOD_CYCLE_TIME): batches of
+    # many calls, so that a round's ratio compares averages, not single calls
+    p.add_argument("--target-ms", type=float, default=150.0, help="wall time of one timed batch")
     p.add_argument("--only", default="", help="only workloads whose name contains this")
     p.add_argument("--smoke", action="store_true", help="2 rounds, tiny sizes, no targets: does it run and agree?")
+    p.add_argument("--profile", type=int, default=0, help="after timing, cProfile this many calls of each")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the launch is killed")
     args = p.parse_args(argv)
     opts = {
         "rounds": 2 if args.smoke else args.rounds, "warmup": 1 if args.smoke else args.warmup,
         "target_s": args.target_ms / 1e3, "max_inner": 3 if args.smoke else 2000, "only": args.only,
-        "smoke": args.smoke,
+        "smoke": args.smoke, "profile": args.profile,
     }  # fmt: skip
     started = time.monotonic()
     load_before = _targets.load()
@@ -293,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.monotonic() - started
     title = "Horovod, 2 ranks (horovodrun --gloo, loopback, CPU)" + (" — smoke run, no targets" if args.smoke else "")
     print(_targets.table(title, rows, smoke=args.smoke), "\n", flush=True)
+    if args.profile:
+        print(_targets.profiles(rows), flush=True)
     payload = {
         "command": " ".join(["benchmarks/bench_horovod.py", *argv]), "environment": h.environment(),
         "load_before": load_before, "load_after": _targets.load(), "wall_s": wall, "rows": rows,

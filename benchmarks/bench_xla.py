@@ -113,12 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-compiles", action="store_true", help="skip the compile counts")
     p.add_argument("--no-timing", action="store_true", help="skip the timing")
     p.add_argument("--smoke", action="store_true", help="2 rounds, tiny sizes, no targets: does it run and agree?")
+    p.add_argument("--profile", type=int, default=0, help="after timing, cProfile this many calls of each")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds one workload may take")
     args = p.parse_args(argv)
     opts = {
         "rounds": 2 if args.smoke else args.rounds, "warmup": 2 if args.smoke else args.warmup,
         "target_s": args.target_ms / 1e3, "max_inner": 3 if args.smoke else 2000, "only": args.only,
-        "smoke": args.smoke, "compile_calls": 3 if args.smoke else args.compile_calls,
+        "smoke": args.smoke, "compile_calls": 3 if args.smoke else args.compile_calls, "profile": args.profile,
     }  # fmt: skip
     started = time.monotonic()
     load_before = _targets.load()
@@ -132,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             " — smoke run, no targets" if args.smoke else ""
         )
         print(_targets.table(title, rows, smoke=args.smoke), "\n", flush=True)
+        if args.profile:
+            print(_targets.profiles(rows), flush=True)
         failed += _targets.failures(rows)
     if not args.no_compiles:
         crow = _compiles(opts, args.timeout)
