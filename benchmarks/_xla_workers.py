@@ -4,13 +4,14 @@ Each job is ``fn(ctx, ...)`` on every device thread (``idist.testing._xla_world`
 threads of one process share this module, so they meet on ``threading`` primitives here
 (the sync between timed batches, agreeing on a batch size) without a device collective.
 
-"raw" on this device needs one thing besides xm calls: XLA's CPU runtime matches a
+"raw" on this device needs one discipline besides xm calls: XLA's CPU runtime matches a
 collective across the device threads of one process by the compiled program (pytorch/xla
 #9089): two threads that both compile the same collective wait for each other forever (XLA
-aborts the process after 10 s). Running cached programs with unordered syncs deadlocked too
-in our runs (a thread's empty ``torch_xla.sync()`` waiting while its peer's collective was in
-flight). So every raw ``torch_xla.sync()`` runs in rank order (``Raw.sync``): the discipline
-idist's ordered mode keeps (its turnstile), written for raw code.
+aborts the process after 10 s), and unordered syncs of already-cached programs deadlocked
+too in our runs. So raw runs the programs computing its results one thread at a time
+(``Raw.sync``: ``_xla_sync_multi`` in rank order, then a fresh all-reduce token, as
+``torch_xla.sync()`` leaves it): the discipline idist's turnstile keeps, written for raw
+code. The xm calls that never met here even so are named where raw works around them.
 """
 
 from __future__ import annotations

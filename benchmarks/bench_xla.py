@@ -10,13 +10,13 @@ threads meet on a ``threading.Barrier``, the order alternating from round to rou
 Reported: median per-call time, median and IQR of the per-round idist/raw ratio, and the
 target (tensors ≤ 1.05x, Python values ≤ 1.00x).
 
-"raw" is the xm code a user writes for the same result (``_xla_workers.workloads``): a CPU
-tensor moved to the device, ``xm.all_reduce`` / ``xm.all_gather`` /
-``xm.collective_broadcast``, ``torch_xla.sync()``, the result back on the CPU; Python values
-through ``xm.mesh_reduce``'s steps (``torch.save`` + ``xm.xla_rendezvous``); a training step
-with ``xm.optimizer_step``. On this device raw code must compile its collectives one thread
-at a time (pytorch/xla#9089), so its syncs run in rank order while they compile (warm-up),
-and freely when timed.
+"raw" is the xm code that gives the same result (``_xla_workers.workloads``): a CPU tensor
+moved to the device, a functional ``xm.all_reduce`` / ``xm.all_gather(pin_layout=False)``,
+the programs run, the result back on the CPU; Python values through ``xm.mesh_reduce``'s
+steps (``torch.save`` + ``xm.xla_rendezvous``'s gathers); a training step that averages the
+gradients with one ``xm.all_reduce``. What raw code must avoid on this device (each never
+meets, and XLA aborts the process), and why raw runs its syncs in rank order: see
+``_xla_workers`` and benchmarks/RESULTS.md.
 
 Compiles: two more fresh worlds, one running only raw, one only idist, every workload in
 the same order ``--compile-calls`` times; torch_xla's ``CompileTime`` metric counts the
