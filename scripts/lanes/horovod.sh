@@ -7,6 +7,7 @@
 #   3. the property suite on 2 Horovod ranks (IDIST_PROPERTY_RUNNER=hvd_world:HorovodWorld@2)
 #   4. mypy.stubtest of stubs/horovod against the installed package (skipped while neither changed)
 #   5. examples/horovod_training.py through `idist run --backend horovod -n 2`
+#   6. benchmarks/bench_horovod.py --smoke: every raw-vs-idist workload runs and agrees (no timing targets)
 # Set IDIST_SKIP_HOROVOD=1 to skip the lane (it says so). Exit status non-zero on failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,3 +47,6 @@ out=$(cd "${TMPDIR:-/tmp}" && timeout 300 "$BIN/idist" run --backend horovod -n 
   exit 1
 }
 echo "$out" | grep -E "OK: 2 rank" || { echo "$out" | tail -n 40; echo "horovod lane: no OK line" >&2; exit 1; }
+
+echo "-- horovod: benchmarks/bench_horovod.py --smoke (2 ranks; runs and agrees, no timing targets)"
+timeout 300 "$PY" benchmarks/bench_horovod.py --smoke

@@ -5,7 +5,9 @@
 # 3. tests/xla: XlaContext at world sizes 1, 2, 3 (XLA CPU device threads), spawn/Parallel
 #    with backend="xla-tpu" (torch_xla.launch) and launcher detection
 # 4. examples/xla_training.py on 2 XLA CPU replicas
-# 5. the property suite with the XlaWorld runner at world sizes 1, 2, 3 (IDIST_XLA_PROPERTIES=0 skips it)
+# 5. benchmarks/bench_xla.py --smoke: every raw-vs-idist workload runs and agrees, and nothing
+#    compiles after warm-up (no timing targets)
+# 6. the property suite with the XlaWorld runner at world sizes 1, 2, 3 (IDIST_XLA_PROPERTIES=0 skips it)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/xla/setup-venv.sh
@@ -21,6 +23,9 @@ echo "-- pytest tests/xla"
 
 echo "-- examples/xla_training.py (2 replicas)"
 CPU_NUM_DEVICES=2 timeout 600 "$PY" examples/xla_training.py
+
+echo "-- benchmarks/bench_xla.py --smoke (2 device threads; runs, agrees, compiles nothing after warm-up)"
+timeout 300 "$PY" benchmarks/bench_xla.py --smoke
 
 if [ "${IDIST_XLA_PROPERTIES:-1}" = "1" ]; then
   echo "-- property suite on XlaWorld@1,2,3"

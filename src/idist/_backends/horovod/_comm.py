@@ -1,8 +1,13 @@
 """``HorovodComm``: byte and tensor collectives over one Horovod process set.
 
-Every op carries an explicit name keyed by its process set and a per-set counter: Horovod
-matches ops by name, and its default names count calls per process, which drift apart as
-soon as some ranks run subgroup ops that others do not.
+Every op carries an explicit name, the same on every member: Horovod matches ops by name,
+and its default names count calls per process, which drift apart once some ranks run
+subgroup ops that others do not. Names also repeat from call to call, so that Horovod's
+response cache skips the coordinator's negotiation of a repeated op (a name that never
+repeats never hits it, and evicts the user's own entries). Byte exchanges and broadcasts
+are named by their byte count, which every member shares by construction (the agreed slot,
+the agreed shape); all_reduce, whose shapes the ranks may wrongly disagree on (Horovod must
+see those under one name to report it), by a per-set call counter modulo ``AR_NAMES``.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ import torch
 from ..._errors import CollectiveInputError
 from . import _lib
 from ._lib import mapped_errors
+
+#: all_reduce names cycle through this many per process set (divisible by 1-6, 10, 12, 15...)
+AR_NAMES = 60
 
 if TYPE_CHECKING:
     from horovod.torch import ProcessSet
@@ -31,16 +39,17 @@ class HorovodComm:
     sum_by_gather: bool = False
     #: device types on which Horovod said it has no Adasum kernel (a gloo-only build): emulated
     no_native_adasum: set[str] = attrs.Factory(set)
+    #: all_reduce calls on this set so far, modulo ``AR_NAMES`` (the same on every member)
     _seq: int = attrs.field(default=0, alias="_seq")
 
-    def _name(self, kind: str) -> str:
-        self._seq += 1
-        return f"idist.{kind}.{self.process_set.process_set_id}.{self._seq}"
+    def _name(self, kind: str, key: str) -> str:
+        return f"idist.{kind}.{self.process_set.process_set_id}.{key}"
 
     def allgather_bytes(self, buf: torch.Tensor) -> torch.Tensor:
         hvd = _lib.hvd
         with mapped_errors("all_gather"):
-            out = hvd.synchronize(hvd.allgather_async(buf, name=self._name("ag"), process_set=self.process_set))
+            name = self._name("ag", str(buf.numel()))
+            out = hvd.synchronize(hvd.allgather_async(buf, name=name, process_set=self.process_set))
         assert out is not None
         return out
 
@@ -55,26 +64,34 @@ class HorovodComm:
         """Broadcast several tensors in place from group rank ``src``: all in flight, then wait."""
         hvd = _lib.hvd
         pending = []
-        for t in tensors:
+        for index, t in enumerate(tensors):
             work = t if t.is_contiguous() else t.contiguous()
             raw = work.reshape(-1).view(torch.uint8)
             if raw.numel() == 0:
                 continue
-            name = self._name("bc")
+            name = self._name("bc", f"{index}.{raw.numel()}")
             pending.append(
                 (t, work, hvd.broadcast_async_(raw, self.ranks[src], name=name, process_set=self.process_set))
             )
+        failure: BaseException | None = None
         for t, work, handle in pending:
-            with mapped_errors("broadcast"):
-                hvd.synchronize(handle)
+            try:
+                with mapped_errors("broadcast"):
+                    hvd.synchronize(handle)
+            except BaseException as exc:  # wait for the others too: their names are reused next call
+                failure = failure or exc
+                continue
             if work is not t:
                 t.copy_(work)
+        if failure is not None:
+            raise failure
 
     def allreduce(self, t: torch.Tensor, op: str) -> None:
         """In place with a native Horovod op; ``t`` must have a dtype Horovod reduces (``_fold``)."""
         hvd = _lib.hvd
         work = t if t.is_contiguous() else t.contiguous()
-        name = self._name("ar")
+        self._seq = (self._seq + 1) % AR_NAMES
+        name = self._name("ar", str(self._seq))
         with mapped_errors("all_reduce"):
             hvd.synchronize(hvd.allreduce_async_(work, name=name, op=_lib.op_code(op), process_set=self.process_set))
         if work is not t:
