@@ -63,3 +63,10 @@ def test_a_context_is_frozen() -> None:
     ctx = idist.current()
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         ctx.backend = "gloo"  # type: ignore[misc]
+
+
+def test_every_error_a_user_can_catch_is_exported() -> None:
+    import idist._errors as errors
+
+    raised = {name for name, obj in vars(errors).items() if inspect.isclass(obj) and issubclass(obj, idist.IdistError)}
+    assert raised <= set(idist.__all__), sorted(raised - set(idist.__all__))

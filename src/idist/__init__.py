@@ -36,6 +36,7 @@ from ._errors import (
     CollectiveMismatchError,
     CollectiveTimeoutError,
     ContextClosedError,
+    GroupBrokenError,
     IdistError,
     LaunchConfigError,
     LaunchEnvironmentError,
@@ -43,6 +44,7 @@ from ._errors import (
     LeaderFailedError,
     PeerLostError,
     ReduceOverflowError,
+    RendezvousTimeoutError,
     TrainingSetupError,
     UnknownBackendError,
     UnsupportedOpError,
@@ -110,8 +112,9 @@ __all__ = [
     "Parallel", "SpawnHandle", "spawn",
     # errors
     "AlreadyInitializedError", "BackendUnavailableError", "CollectiveInputError", "CollectiveMismatchError",
-    "CollectiveTimeoutError", "ContextClosedError", "IdistError", "LaunchConfigError", "LaunchEnvironmentError",
-    "LaunchError", "LeaderFailedError", "PeerLostError", "ReduceOverflowError", "TrainingSetupError",
+    "CollectiveTimeoutError", "ContextClosedError", "GroupBrokenError", "IdistError", "LaunchConfigError",
+    "LaunchEnvironmentError", "LaunchError", "LeaderFailedError", "PeerLostError", "ReduceOverflowError",
+    "RendezvousTimeoutError", "TrainingSetupError",
     "UnknownBackendError", "UnsupportedOpError", "UnsupportedSamplerError", "UnsupportedValueError",
     # type aliases
     "BackendName", "GroupArg", "HorovodBackend", "HorovodReduceOp", "ModelName", "NativeBackend",
