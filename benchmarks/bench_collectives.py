@@ -179,16 +179,18 @@ def _workloads(rank: int, ws: int) -> list[h.Workload]:
         check=lambda _, v: None if v == 0.1 and type(v) is float else f"inexact: got {v!r}",
     ))  # fmt: skip
 
-    # broadcast of a 1M-element tensor into same-shape receivers
-    src_vals = torch.arange(1_000_000, dtype=torch.float32)
-    tb = {i: src_vals.clone() if rank == 0 else torch.zeros(1_000_000) for i in IMPLS}
-    add(h.Workload(
-        "broadcast(tensor[1_000_000])",
-        {"raw": lambda t=tb["raw"]: dist.broadcast(t, 0) or t,
-         "ignite": lambda t=tb["ignite"]: ign.broadcast(t, src=0),
-         "idist": lambda t=tb["idist"]: idist.broadcast(t, src=0)},
-        check=lambda _, v: None if isinstance(v, torch.Tensor) and torch.equal(v, src_vals) else "wrong broadcast",
-    ))  # fmt: skip
+    # tensor broadcast into same-shape receivers: 64 KiB (the smallest sent apart from its
+    # header), 256 KiB and 4 MB of float32
+    for n in (16_384, 65_536, 1_000_000):
+        src_vals = torch.arange(n, dtype=torch.float32)
+        tb = {i: src_vals.clone() if rank == 0 else torch.zeros(n) for i in IMPLS}
+        add(h.Workload(
+            f"broadcast(tensor[{n:_}])",
+            {"raw": lambda t=tb["raw"]: dist.broadcast(t, 0) or t,
+             "ignite": lambda t=tb["ignite"]: ign.broadcast(t, src=0),
+             "idist": lambda t=tb["idist"]: idist.broadcast(t, src=0)},
+            check=lambda _, v, e=src_vals: None if isinstance(v, torch.Tensor) and torch.equal(v, e) else "wrong",
+        ))  # fmt: skip
     return out
 
 

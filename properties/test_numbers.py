@@ -125,9 +125,9 @@ def _sums_in_a_row(ctx: DistContext, calls: list[tuple[str, list[Any]]]) -> list
 def test_sums_in_a_row_are_each_the_exact_fold(runner: Runner, data: st.DataObject) -> None:
     """SUM/AVERAGE calls of changing kinds on one group: each one the exact fold, or one error everywhere.
 
-    Small ints and two-rank floats take a one-collective path, everything else the gather,
-    and a group remembers which one its last float sum needed; none of that may show.
-    """
+    Small ints and two-rank floats take a one-collective path (one element once the group
+    expects their kind), everything else the gather, and a group remembers the kind its last
+    sum had; none of that may show."""
     n = runner.world_size
     near_2_40 = st.one_of(st.sampled_from([2**40 - 1, 2**40, 1 - 2**40, -(2**40), 0, -1]), st.integers(-(2**41), 2**41))
     calls: list[tuple[str, list[Any]]] = []

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import _codec, _exchange, _frame, _number_sum
+from . import _codec, _exchange, _frame, _number_sum, _speculative
 from ._errors import CollectiveInputError, IdistError
 from ._reduce import check_op_name, check_value_op, fold_values
 
@@ -58,12 +58,14 @@ def all_reduce(ctx: DistContext[CommT], comm: CommT, x: object, op: str) -> obje
     if len(comm.ranks) == 1:  # a group of one: the same checks, nothing to exchange
         check_value_op(op, x)
         return fold_values(op, [x])
-    summing = ctx.EXACT_SUM_PAIRS and op in _number_sum.OPS and len(comm.ranks) < _number_sum.MAX_RANKS
-    if summing and not comm.sum_by_gather:
-        summed = _number_sum.pair(x, op)
+    n = len(comm.ranks)
+    summing = ctx.EXACT_SUM_PAIRS and op in _number_sum.OPS and n < _number_sum.MAX_RANKS
+    if summing and (mode := comm.sum_mode) != "gather":
+        summed = _number_sum.contribution(x, op, mode)
         ctx._allreduce_tensor(summed, "SUM", comm)
-        result = _number_sum.result(summed, len(comm.ranks), op)
+        result = _number_sum.result(summed, n, op, mode)
         if not isinstance(result, _number_sum.Miss):
+            comm.sum_mode = _number_sum.after_sum(result, n)
             return result
     try:
         check_value_op(op, x)
@@ -72,7 +74,7 @@ def all_reduce(ctx: DistContext[CommT], comm: CommT, x: object, op: str) -> obje
         frame = _codec.encode_error(exc)
     values = _exchange.decode_all(comm, _exchange.gather_frames(comm, frame), "all_reduce")
     if summing:
-        comm.sum_by_gather = _number_sum.gather_next_time(values)
+        comm.sum_mode = _number_sum.after_gather(values)
     return fold_values(op, values)
 
 
@@ -86,11 +88,24 @@ def all_gather(comm: _exchange.Comm, x: object) -> list[Any]:
         frame = _codec.encode(x)
     except IdistError as exc:
         frame = _codec.encode_error(exc)
-    values = _exchange.decode_all(comm, _exchange.gather_frames(comm, frame), "all_gather")
+    out, size = _exchange.gather_slots(comm, frame)
+    n = len(comm.ranks)
+    if isinstance(x, torch.Tensor) and x.is_cpu and frame.head[8] == _frame.Tag.TENSOR:
+        if _exchange.all_start_with(out, size, n, frame.head):  # every rank sent x's dtype and shape
+            return _rows(out, size, n, len(frame.head), x)
+    bufs = [out[r * size : (r + 1) * size] for r in range(n)]
+    values = _exchange.decode_all(comm, bufs, "all_gather")
     if isinstance(x, torch.Tensor) or any(isinstance(v, torch.Tensor) for v in values):
         # also on the ranks that passed no tensor, so that every rank raises the mix
         return _gathered_tensors(x, values, comm.ranks)
     return values
+
+
+def _rows(out: torch.Tensor, size: int, n: int, start: int, like: torch.Tensor) -> list[torch.Tensor]:
+    """The ``n`` gathered tensors shaped like ``like``: views of ``out``, whose slots hold them at ``start``."""
+    nbytes = like.numel() * like.element_size()
+    rows = out.view(n, size)[:, start : start + nbytes].view(like.dtype)
+    return list(rows.view(n, *like.shape).unbind(0))
 
 
 def _gathered_tensors(x: object, values: list[object], ranks: tuple[int, ...]) -> list[torch.Tensor]:
@@ -132,12 +147,24 @@ def broadcast(ctx: DistContext[CommT], comm: CommT, x: object, src: int) -> obje
     gsrc = comm.ranks.index(src)
     me = comm.group_rank == gsrc
     frame = _broadcast_frame(x) if me else None
-    buf = _exchange.broadcast_frame(comm, frame, gsrc)
+    pipe = ctx._pipeline(comm)
+    expected = _speculative.guess(pipe, gsrc) if pipe is not None else None
+    if pipe is not None and expected is not None:
+        buf, landed = _speculative.send(pipe, frame, x, gsrc, expected)
+    else:
+        buf, landed = _exchange.broadcast_frame(comm, frame, gsrc), None
     tag, code, shape = _frame.peek(buf)
+    # a large tensor's frame is its header alone (every other frame holds its payload)
+    header_only = tag is _frame.Tag.TENSOR and _frame.frame_length(buf) == _frame.payload_start(len(shape))
+    seen = (shape, _codec.DTYPES[code]) if header_only and 0 not in shape else None
+    if pipe is not None:
+        _speculative.remember(pipe, gsrc, seen)
     if tag is _frame.Tag.ERROR:
         _exchange.decode_all(comm, [buf], "broadcast")
     if tag is not _frame.Tag.TENSOR:
         return x if me else _codec.decode(buf)
+    if landed is not None and seen == expected:  # the data came with the header
+        return x if me or landed is x else _received(x, landed)
     dtype = _codec.DTYPES[code]
     if me and isinstance(x, torch.Tensor):
         target = x
@@ -145,12 +172,18 @@ def broadcast(ctx: DistContext[CommT], comm: CommT, x: object, src: int) -> obje
         target = x
     else:
         target = torch.empty(shape, dtype=dtype, device=ctx._receive_device(dtype))
-    inline = _frame.frame_length(buf) > _frame.payload_start(len(shape)) or target.numel() == 0
-    if not inline:
+    if seen is not None:
         ctx._broadcast_tensor(target, gsrc, comm)
     elif not me:
         target.copy_(_codec.decode_tensor(buf))
     return target
+
+
+def _received(x: object, data: torch.Tensor) -> torch.Tensor:
+    """A receiver's result when the data landed in a new tensor: into ``x`` if it has the shape."""
+    if isinstance(x, torch.Tensor) and _speculative.fits(x, (tuple(data.shape), data.dtype)):
+        return x.copy_(data)
+    return data
 
 
 def _broadcast_frame(x: object) -> _frame.Frame:

@@ -147,6 +147,8 @@ class DistContext(ContextCore[CommT]):
     def _enter(self, group: GroupArg) -> tuple[CommT | None, IdistError | None]:
         """The comm of ``group`` (None: not a member); for a bad group, the world's and the error."""
         self._check_open()
+        if group is None:
+            return self._state.world, None
         try:
             return self._comm(group), None
         except IdistError as exc:

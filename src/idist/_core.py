@@ -21,6 +21,7 @@ from ._errors import CollectiveInputError, ContextClosedError, GroupBrokenError,
 from ._exchange import Comm
 from ._group import Group, check_ranks
 from ._reduce import check_tensor_op
+from ._speculative import Pipeline
 from ._topology import Topology
 from ._types import COMMON_OPS, GroupArg, ModelName
 from .training import _model, _optim
@@ -128,6 +129,10 @@ class ContextCore(ABC, Generic[CommT]):
 
     @abstractmethod
     def _barrier(self, comm: CommT) -> None: ...
+
+    def _pipeline(self, comm: CommT) -> Pipeline | None:
+        """``comm`` when it can send a broadcast's header and data together (see _speculative)."""
+        return None
 
     def _receive_device(self, dtype: torch.dtype) -> torch.device:
         """Where ``broadcast`` puts a new tensor for a receiver that passed none that fits."""

@@ -18,6 +18,7 @@ import torch
 from ._codec import decode
 from ._errors import IdistError
 from ._frame import LENGTH, Frame, frame_length
+from ._number_sum import Mode
 
 MIN_SLOT = 64
 _string_at = ctypes.string_at
@@ -36,8 +37,10 @@ class Comm(Protocol):
     def group_rank(self) -> int: ...
 
     slot: int
-    #: the last SUM of Python numbers had to be gathered (floats on 3+ ranks, see _number_sum)
-    sum_by_gather: bool
+    #: how the next SUM of Python numbers moves (see _number_sum)
+    sum_mode: Mode
+    #: large send and receive buffers kept from call to call (see ``_buffer``)
+    scratch: dict[str, torch.Tensor]
 
     def allgather_bytes(self, buf: torch.Tensor) -> torch.Tensor:
         """Gather equal-sized CPU uint8 buffers; returns ``size * len(buf)`` bytes (CPU)."""
@@ -49,13 +52,42 @@ class Comm(Protocol):
 
 
 def _slot_for(length: int) -> int:
-    return max(MIN_SLOT, 1 << max(0, length - 1).bit_length())
+    """Room for a frame of ``length`` bytes: a multiple of a sixteenth of the next power of two
+    (so a frame that grows a little next time still fits, and at most 1/8 is padding)."""
+    if length <= MIN_SLOT:
+        return MIN_SLOT
+    step = max(MIN_SLOT, (1 << (length - 1).bit_length()) >> 4)
+    return -(-length // step) * step
 
 
-def _fill(frame: Frame, size: int) -> torch.Tensor:
-    if frame.nbytes <= size:
-        return frame.to_buffer(size)
-    buf = torch.empty(size, dtype=torch.uint8)
+#: buffers from this size up are kept on the comm and reused (see ``_buffer``)
+SCRATCH_MIN = 1 << 16
+
+
+def _buffer(comm: Comm, use: str, size: int) -> torch.Tensor:
+    """A ``size``-byte buffer for ``use`` ("send" or "receive"): a large one is the comm's own,
+    reused by the next call of the same size (fresh memory of that size costs page faults on
+    every call). Only for bytes that are copied out before the call returns."""
+    if size < SCRATCH_MIN:
+        return torch.empty(size, dtype=torch.uint8)
+    buf = comm.scratch.get(use)
+    if buf is None or buf.numel() != size:
+        buf = comm.scratch[use] = torch.empty(size, dtype=torch.uint8)
+    return buf
+
+
+def _fill(frame: Frame, size: int, comm: Comm | None = None) -> torch.Tensor:
+    """``frame`` at the start of a ``size``-byte buffer (the comm's own, when given and large),
+    or only its length when it does not fit."""
+    if comm is None or size < SCRATCH_MIN:
+        if frame.nbytes <= size:
+            return frame.to_buffer(size)
+        buf = torch.empty(size, dtype=torch.uint8)
+    else:
+        buf = _buffer(comm, "send", size)
+        if frame.nbytes <= size:
+            frame.write(buf)
+            return buf
     _memmove(buf.data_ptr(), LENGTH.pack(frame.nbytes), 8)
     return buf
 
@@ -71,29 +103,50 @@ def _lengths(out: torch.Tensor, size: int, n: int) -> list[int]:
 
 def gather_frames(comm: Comm, frame: Frame) -> list[torch.Tensor]:
     """All-gather one frame per rank; returns each rank's frame bytes in group order."""
-    size = comm.slot
-    out = comm.allgather_bytes(_fill(frame, size))
+    out, size = gather_slots(comm, frame)
     n = len(comm.ranks)
-    longest = max(_lengths(out, size, n))
-    if longest > size:
-        size = _slot_for(longest)
-        out = comm.allgather_bytes(_fill(frame, size))
-    comm.slot = _slot_for(longest)
     if n == 1:
         return [out]
     return [out[r * size : (r + 1) * size] for r in range(n)]
 
 
+def gather_slots(comm: Comm, frame: Frame) -> tuple[torch.Tensor, int]:
+    """All-gather one frame per rank: the bytes (CPU) and the slot size (rank r's frame at r * size)."""
+    size = comm.slot
+    out = comm.allgather_bytes(_fill(frame, size, comm))
+    longest = max(_lengths(out, size, len(comm.ranks)))
+    if longest > size:
+        size = _slot_for(longest)
+        out = comm.allgather_bytes(_fill(frame, size, comm))
+    comm.slot = _slot_for(longest)
+    return out, size
+
+
+def all_start_with(out: torch.Tensor, size: int, n: int, head: bytes) -> bool:
+    """Whether every one of the ``n`` slots of ``out`` (CPU, contiguous) starts with ``head``."""
+    ptr = out.data_ptr()
+    h = len(head)
+    return all(_string_at(ptr + r * size, h) == head for r in range(n))
+
+
+def first_slot(comm: Comm, frame: Frame | None) -> torch.Tensor:
+    """What a broadcast's first round sends: ``frame`` in the agreed slot (src), or room for it."""
+    return _fill(frame, comm.slot, comm) if frame is not None else _buffer(comm, "receive", comm.slot)
+
+
 def broadcast_frame(comm: Comm, frame: Frame | None, src: int) -> torch.Tensor:
     """Broadcast ``frame`` (given on group rank ``src`` only); returns the frame's bytes."""
-    mine = frame if comm.group_rank == src else None
-    size = comm.slot
-    buf = _fill(mine, size) if mine is not None else torch.empty(size, dtype=torch.uint8)
+    buf = first_slot(comm, frame)
     comm.broadcast_bytes(buf, src)
+    return finish_broadcast(comm, buf, frame, src)
+
+
+def finish_broadcast(comm: Comm, buf: torch.Tensor, frame: Frame | None, src: int) -> torch.Tensor:
+    """The whole frame once its first slot ``buf`` arrived: a second round if it did not fit."""
     length = frame_length(buf)
-    if length > size:
+    if length > buf.numel():
         size = _slot_for(length)
-        buf = _fill(mine, size) if mine is not None else torch.empty(size, dtype=torch.uint8)
+        buf = _fill(frame, size, comm) if frame is not None else _buffer(comm, "receive", size)
         comm.broadcast_bytes(buf, src)
     comm.slot = _slot_for(length)
     return buf

@@ -18,6 +18,8 @@ import attrs
 import torch
 
 from ..._errors import CollectiveInputError
+from ..._number_sum import Mode
+from ..._speculative import Guess
 from . import _lib
 from ._lib import mapped_errors
 
@@ -36,9 +38,12 @@ class HorovodComm:
     ranks: tuple[int, ...]
     group_rank: int
     slot: int = 64
-    sum_by_gather: bool = False
+    sum_mode: Mode = "pair"
+    scratch: dict[str, torch.Tensor] = attrs.Factory(dict)
     #: device types on which Horovod said it has no Adasum kernel (a gloo-only build): emulated
     no_native_adasum: set[str] = attrs.Factory(set)
+    #: what each src broadcast last, for sending header and data together (see _speculative)
+    guesses: dict[int, tuple[Guess, bool]] = attrs.Factory(dict)
     #: all_reduce calls on this set so far, modulo ``AR_NAMES`` (the same on every member)
     _seq: int = attrs.field(default=0, alias="_seq")
 
@@ -59,6 +64,10 @@ class HorovodComm:
     def broadcast(self, t: torch.Tensor, src: int) -> None:
         """In place from group rank ``src``; any dtype (moved as raw bytes)."""
         self.broadcast_many([t], src)
+
+    def broadcast_pair(self, head: torch.Tensor, data: torch.Tensor, src: int) -> None:
+        """A header and its data in one negotiation: the data does not wait for the header."""
+        self.broadcast_many([head, data], src)
 
     def broadcast_many(self, tensors: list[torch.Tensor], src: int) -> None:
         """Broadcast several tensors in place from group rank ``src``: all in flight, then wait."""

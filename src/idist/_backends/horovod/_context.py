@@ -127,6 +127,9 @@ class HorovodContext(DistContext[HorovodComm]):
         else:
             comm.broadcast(t, src)
 
+    def _pipeline(self, comm: HorovodComm) -> HorovodComm | None:
+        return comm if self.device.type == "cpu" else None
+
     def _barrier(self, comm: HorovodComm) -> None:
         comm.barrier()
 

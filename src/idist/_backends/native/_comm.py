@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 import torch
@@ -17,6 +17,8 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, Work
 
 from ..._errors import GroupBrokenError
+from ..._number_sum import Mode
+from ..._speculative import Guess
 from ._guard import Guard
 from ._inflight import InFlight
 
@@ -82,7 +84,8 @@ class NativeComm:
     #: where tensors must live for this backend (cuda for nccl), None for anywhere
     stage: torch.device | None = None
     slot: int = 64
-    sum_by_gather: bool = False
+    sum_mode: Mode = "pair"
+    scratch: dict[str, torch.Tensor] = attrs.Factory(dict)
     #: this group's namespace in the store, and its count of collectives (see _guard)
     key: str = "world"
     seq: int = 0
@@ -90,18 +93,39 @@ class NativeComm:
     flat: bool = True
     #: tensors the group's worker threads may still hold (see _inflight)
     inflight: InFlight = attrs.Factory(InFlight)
+    #: what each src broadcast last, for sending header and data together (see _speculative)
+    guesses: dict[int, tuple[Guess, bool]] = attrs.Factory(dict)
 
-    def _wait(self, work: Callable[[], Work], what: str, *tensors: torch.Tensor) -> None:
+    def _wait(self, work: Callable[[], Work | tuple[Work, Work]], what: str, *tensors: torch.Tensor) -> None:
         self.seq += 1
         counts = self.inflight.before(tensors)
         failed = True
         try:
-            work().wait()
+            started = work()
+            if isinstance(started, tuple):
+                started[0].wait()
+                started[1].wait()
+            else:
+                started.wait()
             failed = False
         except RuntimeError as exc:
             raise self.guard.failure(self, exc, what) from exc
         finally:
             self.inflight.after(tensors, counts, failed)
+
+    def _run(self, start: Callable[[list[torch.Tensor], Any], Work], t: torch.Tensor, opts: object, what: str) -> None:
+        """``start([t], opts).wait()`` for the one-tensor calls (``_wait``, without its closures)."""
+        self.seq += 1
+        inflight = self.inflight
+        count = inflight.before_one(t)
+        failed = True
+        try:
+            start([t], opts).wait()
+            failed = False
+        except RuntimeError as exc:
+            raise self.guard.failure(self, exc, what) from exc
+        finally:
+            inflight.held.append((t, count, failed))
 
     def _timeout(self) -> datetime.timedelta | None:
         sections = self.guard.sections
@@ -126,18 +150,34 @@ class NativeComm:
     def broadcast_bytes(self, buf: torch.Tensor, src: int) -> None:
         self.broadcast(buf, src)
 
-    def broadcast(self, t: torch.Tensor, src: int) -> None:
+    def _broadcast_options(self, src: int) -> BroadcastOptions:
         opts = BroadcastOptions()
         opts.rootRank = src
         timeout = self._timeout()
         if timeout is not None:
             opts.timeout = timeout
-        self._staged(t, lambda x: self._wait(lambda: self.pg.broadcast([x], opts), "broadcast", x))
+        return opts
+
+    def broadcast(self, t: torch.Tensor, src: int) -> None:
+        opts = self._broadcast_options(src)
+        if self.stage is None and t.is_contiguous():
+            self._run(self.pg.broadcast, t, opts, "broadcast")
+        else:
+            self._staged(t, lambda x: self._run(self.pg.broadcast, x, opts, "broadcast"))
+
+    def broadcast_pair(self, head: torch.Tensor, data: torch.Tensor, src: int) -> None:
+        """Both broadcasts start before either is waited for: the data does not wait for the header."""
+        opts = self._broadcast_options(src)
+        pg = self.pg
+        self._wait(lambda: (pg.broadcast([head], opts), pg.broadcast([data], opts)), "broadcast", head, data)
 
     def allreduce(self, t: torch.Tensor, op: str) -> None:
-        timeout = self._timeout()
-        opts = _OPTIONS[op] if timeout is None else _options(op, timeout)
-        self._staged(t, lambda x: self._wait(lambda: self.pg.allreduce([x], opts), "all_reduce", x))
+        sections = self.guard.sections
+        opts = _options(op, sections[-1]) if sections else _OPTIONS[op]
+        if self.stage is None and t.is_contiguous():
+            self._run(self.pg.allreduce, t, opts, "all_reduce")
+        else:
+            self._staged(t, lambda x: self._run(self.pg.allreduce, x, opts, "all_reduce"))
 
     def barrier(self) -> None:
         opts = BarrierOptions()
@@ -149,7 +189,7 @@ class NativeComm:
     def _staged(self, t: torch.Tensor, run: Callable[[torch.Tensor], None]) -> None:
         # The input is the result even when the backend needs another device or layout.
         stage = self.stage
-        if (stage is None or t.device == stage) and t.is_contiguous():
+        if stage is not None and t.device == stage and t.is_contiguous():
             run(t)
             return
         work = t.to(stage) if stage is not None else t

@@ -146,6 +146,10 @@ class NativeContext(DistContext[NativeComm]):
             return
         comm.broadcast(t, src)
 
+    def _pipeline(self, comm: NativeComm) -> NativeComm | None:
+        # gloo runs two broadcasts at once on CPU; nccl's are asynchronous already
+        return comm if self.backend == "gloo" and self.device.type == "cpu" and comm.stage is None else None
+
     def _barrier(self, comm: NativeComm) -> None:
         if self.backend == "nccl":
             comm.allreduce(torch.zeros(1, device=self.device), "SUM")

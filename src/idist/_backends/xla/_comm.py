@@ -10,6 +10,7 @@ from __future__ import annotations
 import attrs
 import torch
 
+from ..._number_sum import Mode
 from . import _lib
 from ._device import XlaDevice
 
@@ -24,7 +25,8 @@ class XlaComm:
     #: xm replica groups: None for the world, else the group plus every other rank alone
     replica_groups: list[list[int]] | None
     slot: int = 64
-    sum_by_gather: bool = False
+    sum_mode: Mode = "pair"
+    scratch: dict[str, torch.Tensor] = attrs.Factory(dict)
 
     @property
     def bystander(self) -> bool:
