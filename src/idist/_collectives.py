@@ -103,9 +103,14 @@ def all_gather(comm: _exchange.Comm, x: object) -> list[Any]:
 
 def _rows(out: torch.Tensor, size: int, n: int, start: int, like: torch.Tensor) -> list[torch.Tensor]:
     """The ``n`` gathered tensors shaped like ``like``: views of ``out``, whose slots hold them at ``start``."""
-    nbytes = like.numel() * like.element_size()
-    rows = out.view(n, size)[:, start : start + nbytes].view(like.dtype)
-    return list(rows.view(n, *like.shape).unbind(0))
+    item = like.element_size()
+    shape = tuple(like.shape)
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    # slots are multiples of 64 bytes and payloads start 16-byte aligned: whole elements
+    rows = out.view(like.dtype).as_strided((n, *shape), (size // item, *strides), start // item)
+    return list(rows.unbind(0))
 
 
 def _gathered_tensors(x: object, values: list[object], ranks: tuple[int, ...]) -> list[torch.Tensor]:

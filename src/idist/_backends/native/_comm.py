@@ -60,6 +60,16 @@ def _options(op: str, timeout: datetime.timedelta | None = None) -> AllreduceOpt
 _OPTIONS = {op: _options(op) for op in _TORCH_OPS}
 
 
+def _gather_options(timeout: datetime.timedelta | None = None) -> AllgatherOptions:
+    opts = AllgatherOptions()
+    if timeout is not None:
+        opts.timeout = timeout
+    return opts
+
+
+_GATHER = _gather_options()
+
+
 @attrs.frozen
 class BrokenPG:
     """What a broken group's comms hold instead of their process group: every call raises why."""
@@ -136,16 +146,14 @@ class NativeComm:
         if self.stage is not None:
             buf = buf.to(self.stage)
         out = torch.empty(n * buf.numel(), dtype=torch.uint8, device=buf.device)
-        opts = AllgatherOptions()
-        timeout = self._timeout()
-        if timeout is not None:
-            opts.timeout = timeout
+        sections = self.guard.sections
+        opts = _gather_options(sections[-1]) if sections else _GATHER
         if self.flat:
             self._wait(lambda: self.pg._allgather_base(out, buf, opts), "all_gather", out, buf)
         else:
             chunks = out.chunk(n)
             self._wait(lambda: self.pg.allgather([list(chunks)], [buf], opts), "all_gather", buf, *chunks)
-        return out.cpu()
+        return out if self.stage is None else out.cpu()
 
     def broadcast_bytes(self, buf: torch.Tensor, src: int) -> None:
         self.broadcast(buf, src)
