@@ -13,6 +13,7 @@ import datetime
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -26,6 +27,8 @@ from ._guard import present
 
 #: seconds the join waits for every rank unless the launcher says (IDIST_RDZV_TIMEOUT)
 RDZV_TIMEOUT_VAR = "IDIST_RDZV_TIMEOUT"
+#: how long a client probes for the store before torch's own (slower) retries take over
+SERVER_WAIT = 10.0
 _ENV_LOCK = threading.Lock()
 
 
@@ -48,6 +51,7 @@ def tcp_store(addr: str, port: int, info: LaunchInfo, host: bool, timeout: datet
     on this machine) when ``host``, else a client of it."""
     world = info.topology.world_size
     if not host:
+        _wait_for_server(addr, port, min(timeout.total_seconds(), SERVER_WAIT))
         return TCPStore(addr, port, world, False, timeout=timeout)
     try:
         listen = socket.create_server((_netif.store_address(addr), port))
@@ -62,6 +66,24 @@ def tcp_store(addr: str, port: int, info: LaunchInfo, host: bool, timeout: datet
         addr, listen.getsockname()[1], world, True, timeout=timeout,
         master_listen_fd=listen.detach(), use_libuv=True, wait_for_workers=False,
     )  # fmt: skip
+
+
+def _wait_for_server(addr: str, port: int, seconds: float) -> None:
+    """Return once the store at ``addr:port`` accepts connections, or after ``seconds``.
+
+    torch's client retries a refused connection only after a pause (about half a second
+    here), which every rank that starts before rank 0's store listens would pay; probing
+    every 10 ms costs a connection that the store drops at once.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with socket.create_connection((addr, port), timeout=1.0):
+                return
+        except OSError:
+            if time.monotonic() >= deadline:
+                return  # torch's client takes over: it waits for the store and reports the failure
+            time.sleep(0.01)
 
 
 def join(store: Store, info: LaunchInfo, timeout: datetime.timedelta, where: str) -> None:
