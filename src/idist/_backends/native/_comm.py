@@ -8,6 +8,7 @@ threads) and a call costs no more than the C++ call itself.
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -49,6 +50,7 @@ class PGLike(Protocol):
     def barrier(self, opts: BarrierOptions = ..., /) -> Work: ...
 
 
+@functools.lru_cache(maxsize=64)  # a few (op, section timeout) pairs; checked mode uses one per call
 def _options(op: str, timeout: datetime.timedelta | None = None) -> AllreduceOptions:
     opts = AllreduceOptions()
     opts.reduceOp = _TORCH_OPS[op]  # type: ignore[assignment]  # torch's stub types it as its enum class
@@ -60,6 +62,7 @@ def _options(op: str, timeout: datetime.timedelta | None = None) -> AllreduceOpt
 _OPTIONS = {op: _options(op) for op in _TORCH_OPS}
 
 
+@functools.lru_cache(maxsize=16)
 def _gather_options(timeout: datetime.timedelta | None = None) -> AllgatherOptions:
     opts = AllgatherOptions()
     if timeout is not None:

@@ -151,6 +151,8 @@ class NativeContext(DistContext[NativeComm]):
         return comm if self.backend == "gloo" and self.device.type == "cpu" and comm.stage is None else None
 
     def _barrier(self, comm: NativeComm) -> None:
+        if comm.guard.checked and len(comm.ranks) > 1 and self.backend == "gloo":
+            return  # checked mode just compared this call over the group: every rank has arrived
         if self.backend == "nccl":
             comm.allreduce(torch.zeros(1, device=self.device), "SUM")
         else:
