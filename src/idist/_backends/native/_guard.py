@@ -52,6 +52,8 @@ _SEP = "\x1f"
 _COMPARED = 5  # call, op, data, src, group (not the call site)
 #: hashes below 2**52 sum exactly in float64 on two ranks
 _HASH_MASK = (1 << 52) - 1
+#: what a rank with an error sends instead of its call's hash (more than two ranks)
+_ERROR_MARK = b"\xff" * 8
 
 
 def checked_from_env() -> bool:
@@ -79,6 +81,15 @@ def _same_on_two(comm: NativeComm, fp: str, error: IdistError | None) -> bool:
     total = comm.guard.check_sum.fill_(mine)  # the last check's work is done: reuse its tensor
     comm.allreduce(total, "SUM")
     return bool(total.item() == 2 * mine)
+
+
+def _same_on_all(comm: NativeComm, fp: str, error: IdistError | None) -> bool:
+    """Whether every rank of ``comm`` made this call with no error (all_gather of 8-byte hashes;
+    a SUM cannot say it on more than two ranks: every rank must reach the same answer)."""
+    mine = _ERROR_MARK if error is not None else hashlib.blake2b(fp.encode(), digest_size=8).digest()
+    out = comm.allgather_bytes(torch.frombuffer(bytearray(mine), dtype=torch.uint8))
+    digests = bytes(out.tolist())
+    return digests == mine * len(comm.ranks) and mine != _ERROR_MARK
 
 
 def describe(call: str, x: object) -> str:
@@ -145,12 +156,12 @@ class Guard:
 
         Two ranks compare a 52-bit hash of their calls in a one-element SUM (equal exactly when
         the sum is twice this rank's hash, the same answer on both; a rank with an error sends
-        NaN); more ranks, or any difference, gather the calls themselves for the report.
+        NaN); more ranks gather 8-byte hashes. Any difference gathers the calls for the report.
         """
         wait = self.sections[-1] if self.sections else datetime.timedelta(seconds=CHECKED_WAIT)
         self.sections.append(wait)  # an absent rank is named after this wait, not the group's timeout
         try:
-            if len(comm.ranks) == 2 and _same_on_two(comm, fp, error):
+            if (_same_on_two if len(comm.ranks) == 2 else _same_on_all)(comm, fp, error):
                 return
             fp = f"{fp}{_SEP}{call_site()}"
             frame = _codec.encode_error(error) if error is not None else _codec.encode(fp)
