@@ -2,9 +2,10 @@
 
     .venv/bin/python benchmarks/probe_gloo_primitives.py [--rounds 25] [--world-size 2]
 
-Explains a floor under idist's exact Python-number all_reduce: raw reduces one element
-with one all_reduce, idist gathers every rank's exact value. Interleaved like the other
-benchmarks; ratios are to ``allreduce int64[1]``.
+The floors under idist's choices: how many elements a Python-number all_reduce can carry
+for the price of one, what a gather costs next to a reduce, and what a header costs a
+large tensor broadcast (sent before the data, or started together with it). Interleaved
+like the other benchmarks; ratios are to ``allreduce int64[1]``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,16 @@ def _rank_main(rank: int, ws: int, rounds: int, target_s: float) -> dict[str, An
             impls[f"allgather (list) {nb} B"] = lambda o=o, b=b: pg.allgather([list(o.chunk(ws))], [b]).wait()
         small = torch.zeros(64, dtype=torch.uint8)
         impls["broadcast 64 B"] = lambda: pg.broadcast([small], bo).wait()
+        for nb in (1 << 18, 1 << 22):  # a header before the data: after it, or started together
+            d = torch.zeros(nb, dtype=torch.uint8)
+            impls[f"broadcast {nb >> 10} KiB"] = lambda d=d: pg.broadcast([d], bo).wait()
+            impls[f"broadcast 64 B, then {nb >> 10} KiB"] = lambda d=d: (
+                pg.broadcast([small], bo).wait(),
+                pg.broadcast([d], bo).wait(),
+            )
+            impls[f"broadcast 64 B and {nb >> 10} KiB together"] = lambda d=d: [
+                w.wait() for w in (pg.broadcast([small], bo), pg.broadcast([d], bo))
+            ]
 
         def agree(n: int) -> int:
             t = torch.tensor([n])
