@@ -10,6 +10,7 @@ rounds, and the median and interquartile range of the per-round ratio to the bas
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -86,6 +87,22 @@ def interleave(
     return inner, times
 
 
+def check_and_reset(w: Workload) -> dict[str, str]:
+    """Check each implementation's first result, then reset ``w`` for timing.
+
+    Returns the notes: implementation -> what was wrong with its result.
+    """
+    notes: dict[str, str] = {}
+    if w.check is not None:
+        for impl, fn in w.impls.items():
+            problem = w.check(impl, fn())
+            if problem:
+                notes[impl] = problem
+    if w.reset is not None:
+        w.reset()
+    return notes
+
+
 def quartiles(xs: Sequence[float]) -> tuple[float, float, float]:
     if len(xs) < 2:
         return xs[0], xs[0], xs[0]
@@ -109,6 +126,37 @@ def summarise(times: dict[str, list[float]], baseline: str) -> dict[str, dict[st
             "diff_us_median": statistics.median(diffs),
         }
     return out
+
+
+# ------------------------------------------- ranks of torch.distributed's default group
+def dist_sync() -> None:
+    """The sync between timed batches on ranks of the default process group: a barrier."""
+    import torch.distributed as dist
+
+    dist.barrier()
+
+
+def dist_agree(n: int) -> int:
+    """The max of ``n`` over the ranks of the default process group (the same on every rank)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([n])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+# ----------------------------------------------------------------- command line
+def parser(doc: str | None, *, target_ms: float) -> argparse.ArgumentParser:
+    """A benchmark's command line with the options of every interleaved timing.
+
+    ``--rounds``, ``--warmup`` and ``--target-ms`` (default ``target_ms``); the benchmark adds its own.
+    """
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=21, help="interleaved rounds per workload")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up calls per implementation")
+    p.add_argument("--target-ms", type=float, default=target_ms, help="wall time of one timed batch")
+    return p
 
 
 # ----------------------------------------------------------------- reporting

@@ -106,6 +106,7 @@ def workloads(ctx: Any, raw: Raw, smoke: bool) -> list[dict[str, Any]]:
     """name -> {"raw": fn, "idist": fn, "check": fn, "reset": fn|None, "target": float}."""
     import torch_xla.core.xla_model as xm
 
+    import _targets
     import idist
 
     rank, ws, dev = ctx.rank, ctx.world_size, ctx.device
@@ -216,14 +217,7 @@ def workloads(ctx: Any, raw: Raw, smoke: bool) -> list[dict[str, Any]]:
         torch.save(obj, bio)
         return [torch.load(io.BytesIO(p)) for p in _rendezvous(bio.getvalue(), dev, raw)]
 
-    values: dict[str, Callable[[int], object]] = {
-        "float": lambda r: 0.1 * (r + 1),
-        "int": lambda r: 10**12 + r,
-        "str[10]": lambda r: chr(ord("a") + r) * 10,
-        "dict": lambda r: {"rank": r, "loss": 0.25 * r, "tag": "epoch-1"},
-    }
-    if not smoke:
-        values["str[10_000]"] = lambda r: chr(ord("a") + r) * 10_000
+    values = _targets.values(smoke)
     for label, make in values.items():
         mine, expect = make(rank), [make(k) for k in range(ws)]
         add(f"all_gather({label})",

@@ -17,7 +17,6 @@ through float32), never silently timed.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -197,7 +196,6 @@ def _workloads(rank: int, ws: int) -> list[h.Workload]:
 def _rank_main(rank: int, ws: int, rounds: int, warmup: int, target_s: float, only: str) -> list[dict[str, Any]]:
     import warnings
 
-    import torch
     import torch.distributed as dist
 
     # ignite's all_gather_tensors_with_shapes indexes with a list (deprecated in torch 2.9+)
@@ -214,28 +212,13 @@ def _rank_main(rank: int, ws: int, rounds: int, warmup: int, target_s: float, on
         assert ign.get_world_size() == ws and ign.backend() == "gloo"
         assert idist.current().world_size == ws and idist.current().backend == "gloo"
 
-        def sync() -> None:
-            dist.barrier()
-
-        def agree(n: int) -> int:
-            t = torch.tensor([n])
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            return int(t.item())
-
         rows = []
         for w in _workloads(rank, ws):
             if only and only not in w.name:
                 continue
-            notes: dict[str, str] = {}
-            if w.check is not None:
-                for impl, fn in w.impls.items():
-                    problem = w.check(impl, fn())
-                    if problem:
-                        notes[impl] = problem
-            if w.reset is not None:
-                w.reset()
+            notes = h.check_and_reset(w)
             inner, times = h.interleave(
-                w.impls, rounds=rounds, warmup=warmup, target_s=target_s, sync=sync, agree=agree
+                w.impls, rounds=rounds, warmup=warmup, target_s=target_s, sync=h.dist_sync, agree=h.dist_agree
             )
             rows.append({
                 "name": w.name, "inner": inner, "notes": notes, "times_s": times,
@@ -287,10 +270,7 @@ def _launch(rounds: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=21, help="interleaved rounds per workload")
-    p.add_argument("--warmup", type=int, default=3, help="warm-up calls per implementation")
-    p.add_argument("--target-ms", type=float, default=20.0, help="wall time of one timed batch")
+    p = h.parser(__doc__, target_ms=20.0)
     p.add_argument("--world-sizes", default="2,1", help="comma-separated, e.g. 2,1")
     p.add_argument("--launch-rounds", type=int, default=7, help="0 skips the launch workload")
     p.add_argument("--only", default="", help="only workloads whose name contains this")

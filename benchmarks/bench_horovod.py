@@ -23,7 +23,6 @@ only on a wrong result or a crash. Prints a Markdown table; writes
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -157,14 +156,7 @@ def _workloads(rank: int, ws: int, smoke: bool) -> list[tuple[h.Workload, float]
         check=lambda _, v: None if v == isum and type(v) is int else f"got {v!r}",
     ), VALUE_TARGET)  # fmt: skip
 
-    values: dict[str, Any] = {
-        "float": lambda r: 0.1 * (r + 1),
-        "int": lambda r: 10**12 + r,
-        "str[10]": lambda r: chr(ord("a") + r) * 10,
-        "dict": lambda r: {"rank": r, "loss": 0.25 * r, "tag": "epoch-1"},
-    }
-    if not smoke:
-        values["str[10_000]"] = lambda r: chr(ord("a") + r) * 10_000
+    values = _targets.values(smoke)
     for label, make in values.items():
         mine, expect = make(rank), [make(k) for k in range(ws)]
         add(h.Workload(
@@ -210,14 +202,7 @@ def rank_main(opts: dict[str, Any]) -> list[dict[str, Any]]:
             if opts["only"] and opts["only"] not in w.name:
                 continue
             print(f"[rank {rank}] {w.name}", file=sys.stderr, flush=True)  # shown when the launch fails
-            notes: dict[str, str] = {}
-            if w.check is not None:
-                for impl, fn in w.impls.items():
-                    problem = w.check(impl, fn())
-                    if problem:
-                        notes[impl] = problem
-            if w.reset is not None:
-                w.reset()
+            notes = h.check_and_reset(w)
             inner, times = h.interleave(
                 w.impls, rounds=opts["rounds"], warmup=opts["warmup"], target_s=opts["target_s"],
                 sync=hvd.barrier, agree=agree, max_inner=opts["max_inner"],
@@ -278,22 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--rank-entry"]:
         return _rank_entry(argv[1], argv[2])
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=21, help="interleaved rounds per workload")
-    p.add_argument("--warmup", type=int, default=3, help="warm-up calls per implementation")
     # Horovod ops take milliseconds and jitter by a cycle (HOROVOD_CYCLE_TIME): batches of
     # many calls, so that a round's ratio compares averages, not single calls
-    p.add_argument("--target-ms", type=float, default=150.0, help="wall time of one timed batch")
-    p.add_argument("--only", default="", help="only workloads whose name contains this")
-    p.add_argument("--smoke", action="store_true", help="2 rounds, tiny sizes, no targets: does it run and agree?")
-    p.add_argument("--profile", type=int, default=0, help="after timing, cProfile this many calls of each")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the launch is killed")
+    p = h.parser(__doc__, target_ms=150.0)
+    _targets.add_options(p, timeout=1800.0, timeout_help="seconds before the launch is killed")
     args = p.parse_args(argv)
-    opts = {
-        "rounds": 2 if args.smoke else args.rounds, "warmup": 1 if args.smoke else args.warmup,
-        "target_s": args.target_ms / 1e3, "max_inner": 3 if args.smoke else 2000, "only": args.only,
-        "smoke": args.smoke, "profile": args.profile,
-    }  # fmt: skip
+    opts = _targets.opts(args, smoke_warmup=1)
     started = time.monotonic()
     load_before = _targets.load()
     rows = _horovodrun(opts, 2, 300.0 if args.smoke else args.timeout)
@@ -306,14 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["benchmarks/bench_horovod.py", *argv]), "environment": h.environment(),
         "load_before": load_before, "load_after": _targets.load(), "wall_s": wall, "rows": rows,
     }  # fmt: skip
-    path = h.write_json("horovod-smoke" if args.smoke else "horovod", payload)
-    print(f"rounds={opts['rounds']} (interleaved, order alternating); load average before {load_before}, "
-          f"after {payload['load_after']}; wall {wall:.0f} s; JSON: {path}")  # fmt: skip
-    bad = _targets.failures(rows)
-    if bad:
-        print("bench_horovod: wrong results:\n  " + "\n  ".join(bad), file=sys.stderr)
-        return 1
-    return 0
+    failed = _targets.failures(rows)
+    return _targets.finish(
+        "horovod", payload, rounds=opts["rounds"], smoke=args.smoke, failed=failed, heading="wrong results"
+    )
 
 
 if __name__ == "__main__":

@@ -99,18 +99,11 @@ def _rank(rank: int, ws: int, rounds: int) -> dict[str, Any]:
     torch.set_num_threads(1)  # 2 ranks on a shared machine: no intra-op thread oversubscription
     dist.init_process_group("gloo", rank=rank, world_size=ws)
     try:
-
-        def sync() -> None:
-            dist.barrier()
-
-        def agree(n: int) -> int:
-            t = torch.tensor([n])
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            return int(t.item())
-
         rows = []
         for w in _workloads(rank, ws):
-            inner, times = h.interleave(w.impls, rounds=rounds, warmup=2, target_s=0.3, sync=sync, agree=agree)
+            inner, times = h.interleave(
+                w.impls, rounds=rounds, warmup=2, target_s=0.3, sync=h.dist_sync, agree=h.dist_agree
+            )
             rows.append({"name": w.name, "inner": inner, "times": times})
         return {"rows": rows}
     finally:

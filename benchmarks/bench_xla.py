@@ -27,7 +27,6 @@ Prints Markdown tables; writes ``benchmarks/out/xla.json`` (``xla-smoke.json``).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -104,23 +103,14 @@ def _compile_table(rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=21, help="interleaved rounds per workload")
-    p.add_argument("--warmup", type=int, default=3, help="warm-up calls per implementation")
-    p.add_argument("--target-ms", type=float, default=20.0, help="wall time of one timed batch")
+    p = h.parser(__doc__, target_ms=20.0)
     p.add_argument("--compile-calls", type=int, default=4, help="calls per workload when counting compiles")
-    p.add_argument("--only", default="", help="only workloads whose name contains this")
     p.add_argument("--no-compiles", action="store_true", help="skip the compile counts")
     p.add_argument("--no-timing", action="store_true", help="skip the timing")
-    p.add_argument("--smoke", action="store_true", help="2 rounds, tiny sizes, no targets: does it run and agree?")
-    p.add_argument("--profile", type=int, default=0, help="after timing, cProfile this many calls of each")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds one workload may take")
+    _targets.add_options(p, timeout=600.0, timeout_help="seconds one workload may take")
     args = p.parse_args(argv)
-    opts = {
-        "rounds": 2 if args.smoke else args.rounds, "warmup": 2 if args.smoke else args.warmup,
-        "target_s": args.target_ms / 1e3, "max_inner": 3 if args.smoke else 2000, "only": args.only,
-        "smoke": args.smoke, "compile_calls": 3 if args.smoke else args.compile_calls, "profile": args.profile,
-    }  # fmt: skip
+    opts = _targets.opts(args, smoke_warmup=2)
+    opts["compile_calls"] = 3 if args.smoke else args.compile_calls
     started = time.monotonic()
     load_before = _targets.load()
     payload: dict[str, Any] = {"command": " ".join(["benchmarks/bench_xla.py", *argv]),
@@ -143,14 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         print(text, "\n", flush=True)
         failed += problems
     payload["load_after"] = _targets.load()
-    payload["wall_s"] = wall = time.monotonic() - started
-    path = h.write_json("xla-smoke" if args.smoke else "xla", payload)
-    print(f"rounds={opts['rounds']} (interleaved, order alternating); load average before {load_before}, "
-          f"after {payload['load_after']}; wall {wall:.0f} s; JSON: {path}")  # fmt: skip
-    if failed:
-        print("bench_xla: failed:\n  " + "\n  ".join(failed), file=sys.stderr)
-        return 1
-    return 0
+    payload["wall_s"] = time.monotonic() - started
+    return _targets.finish("xla", payload, rounds=opts["rounds"], smoke=args.smoke, failed=failed, heading="failed")
 
 
 if __name__ == "__main__":
