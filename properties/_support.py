@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import os
 import struct
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 import idist
 
 T = TypeVar("T")
+V = TypeVar("V")
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -115,23 +117,19 @@ def fold_tensors(op: str, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         return fold_tensors(op, [t.to(torch.int64) for t in tensors]).to(dtype)
     if dtype == torch.uint64:
         return _fold_uint64(op, tensors)
-    acc = tensors[0].clone()
-    for t in tensors[1:]:
-        if op in ("SUM", "AVERAGE"):
-            acc = acc + t
-        elif op == "PRODUCT":
-            acc = acc * t
-        elif op == "MIN":
-            acc = torch.minimum(acc, t)
-        elif op == "MAX":
-            acc = torch.maximum(acc, t)
-        elif op == "AND":
-            acc = acc & t
-        elif op == "OR":
-            acc = acc | t
+    acc = _left_fold(op, [tensors[0].clone(), *tensors[1:]], torch.minimum, torch.maximum)
     if op == "AVERAGE":
         acc = acc / len(tensors)
     return acc.to(tensors[0].dtype)
+
+
+def _left_fold(op: str, values: Sequence[V], minimum: Callable[[V, V], V], maximum: Callable[[V, V], V]) -> V:
+    """``values`` folded left to right with ``op`` (AVERAGE: the sum); ``minimum``/``maximum`` for MIN/MAX."""
+    steps: dict[str, Callable[[V, V], V]] = {
+        "SUM": operator.add, "AVERAGE": operator.add, "PRODUCT": operator.mul,
+        "MIN": minimum, "MAX": maximum, "AND": operator.and_, "OR": operator.or_,
+    }  # fmt: skip
+    return functools.reduce(steps[op], values[1:], values[0])
 
 
 def _fold_uint64(op: str, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -157,20 +155,7 @@ def fold_numbers(op: str, values: Sequence[Any]) -> Any:
             if (v < best) if op == "MIN" else (v > best):
                 best = v
         return best
-    acc = values[0]
-    for v in values[1:]:
-        if op in ("SUM", "AVERAGE"):
-            acc = acc + v
-        elif op == "PRODUCT":
-            acc = acc * v
-        elif op == "MIN":
-            acc = min(acc, v)
-        elif op == "MAX":
-            acc = max(acc, v)
-        elif op == "AND":
-            acc = acc & v
-        elif op == "OR":
-            acc = acc | v
+    acc = _left_fold(op, values, min, max)
     if op == "AVERAGE":
         return acc / len(values)
     return type(values[0])(acc)
