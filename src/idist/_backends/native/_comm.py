@@ -113,6 +113,7 @@ class NativeComm:
         self.seq += 1
         counts = self.inflight.before(tensors)
         failed = True
+        started: Work | tuple[Work, Work] | None = None
         try:
             started = work()
             if isinstance(started, tuple):
@@ -122,6 +123,8 @@ class NativeComm:
                 started.wait()
             failed = False
         except RuntimeError as exc:
+            del work  # these hold the group, whose connections the failure closes
+            started = None
             raise self.guard.failure(self, exc, what) from exc
         finally:
             self.inflight.after(tensors, counts, failed)
@@ -136,6 +139,7 @@ class NativeComm:
             start([t], opts).wait()
             failed = False
         except RuntimeError as exc:
+            del start  # a bound method of the group, whose connections the failure closes
             raise self.guard.failure(self, exc, what) from exc
         finally:
             inflight.held.append((t, count, failed))

@@ -186,8 +186,12 @@ class NativeContext(DistContext[NativeComm]):
     def _break(self, reason: str) -> None:
         """Tell the peers why, then drop this rank's process groups: closing their connections
         wakes every peer blocked on this rank, and each later call raises at once."""
+        self._state.world.guard.publish_broken(reason)
+        self._drop_groups(reason)
+
+    def _drop_groups(self, reason: str) -> None:
+        """Drop this rank's process groups (every later call raises ``reason``)."""
         state = self._state
-        state.world.guard.publish_broken(reason)
         dead = BrokenPG(reason)
         groups: list[object] = []
         for comm in (state.world, *state.comms.values()):

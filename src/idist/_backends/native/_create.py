@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import weakref
 from typing import TYPE_CHECKING, TypeVar, cast
 
 import attrs
@@ -95,6 +96,8 @@ def _build(
         backend=name, topology=info.topology, device=device, config={**info.decided_by, "launcher": info.launcher},
         pg_timeout=timeout, bind_address=bind, _store=store, _owns_default=owns_default, _state=state,
     )  # fmt: skip
+    drop = weakref.WeakMethod(ctx._drop_groups)
+    guard.on_failure = lambda reason: (m := drop()) is not None and m(reason)
     if device.type == "cuda":
         previous = torch.cuda.current_device()
         torch.cuda.set_device(device)
@@ -188,8 +191,9 @@ def create(
         pg = dist.group.WORLD
         assert pg is not None
         ctx = _build(cls, name, pg, store, info, td, owns_default=True, checked=checked, bind=bind.address)
-        CREATED.add(id(pg))
-        ctx._state.on_close.append(lambda: CREATED.discard(id(pg)))
+        key = id(pg)  # not pg itself: a broken context drops its last reference (closing its sockets)
+        CREATED.add(key)
+        ctx._state.on_close.append(lambda: CREATED.discard(key))
         return ctx
     except BaseException:
         dist.destroy_process_group()

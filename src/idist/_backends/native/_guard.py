@@ -133,6 +133,8 @@ class Guard:
     agreed: dict[str, int] = attrs.Factory(dict)
     #: the ranks on the node that serves the store (named when it stops answering)
     store_host_ranks: tuple[int, ...] = ()
+    #: drops the context's process groups once a collective failed (see ``failure``)
+    on_failure: Callable[[str], object] | None = None
     #: the one-element tensor two ranks sum their call hashes in (see ``check``)
     check_sum: torch.Tensor = attrs.Factory(lambda: torch.zeros((), dtype=torch.float64))
 
@@ -201,6 +203,10 @@ class Guard:
             bounded(lambda: store.compare_set(BROKEN_KEY, "", reason), 1.0)
 
     # ----------------------------------------------------------- backend failures
+    def _drop(self, reason: str) -> None:
+        if self.on_failure is not None:
+            self.on_failure(reason)
+
     def failure(self, comm: NativeComm, exc: BaseException, what: str) -> IdistError:
         """Map a backend failure to a typed error naming who broke the group or did not arrive."""
         msg = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
@@ -209,6 +215,7 @@ class Guard:
         reason = bounded(lambda: _read(store, BROKEN_KEY), 1.0) if store is not None else None
         if reason:
             self.broken = self.broken or reason
+            self._drop(f"{where}: the group was broken by {reason}")
             return GroupBrokenError(f"{where}: the group was broken by {reason}. Finalize and restart")
         missing, answered = self._stall_report(comm)
         me = comm.ranks[comm.group_rank]
@@ -228,16 +235,23 @@ class Guard:
         """(ranks that did not reach this collective, whether the store answered at all)."""
         store = self.store
         if store is None:
+            self._drop("a collective failed on this rank: the group is no longer usable")
             return [], False
-        key = f"idist/stall/{comm.key}/{comm.seq}/"
-        keys = [f"{key}{r}" for r in range(len(comm.ranks))]
+        prefix = f"idist/stall/{comm.key}/"
         grace = min(STALL_GRACE, self.timeout.total_seconds())
+        # A rank one collective behind or ahead failed with the same fault (its part of the
+        # last collective still in flight when the fault came, or already done): it arrived.
+        keys = [[f"{prefix}{comm.seq + d}/{r}" for d in (0, -1, 1)] for r in range(len(comm.ranks))]
 
-        def report() -> list[bool]:
-            store.set(keys[comm.group_rank], "1")
-            return present(store, keys, grace)
+        def tell() -> bool:
+            store.set(keys[comm.group_rank][0], "1")
+            return True
 
-        arrived = bounded(report, grace + 1.0)
+        told = bounded(tell, 1.0)
+        # A peer blocked on this rank (alive, waiting for its part) would not fail before the
+        # grace ends and be named as missing: closing this rank's connections wakes it now.
+        self._drop("a collective failed on this rank: the group is no longer usable")
+        arrived = bounded(lambda: present_any(store, keys, grace), grace + 1.0) if told else None
         if arrived is None:
             return [], False
         return [comm.ranks[r] for r, ok in enumerate(arrived) if not ok], True
@@ -246,10 +260,21 @@ class Guard:
 def present(store: Store, keys: list[str], seconds: float) -> list[bool]:
     """Which keys exist, once all do or ``seconds`` passed (polled: a store ``wait`` that times
     out leaves its answer in flight, to be misread as the answer to the next request)."""
+    return present_any(store, [[k] for k in keys], seconds)
+
+
+def present_any(store: Store, keys: list[list[str]], seconds: float) -> list[bool]:
+    """For each list of keys, whether one of them exists, once all do or ``seconds`` passed."""
     start = time.monotonic()
-    while not store.check(keys) and (waited := time.monotonic() - start) < seconds:
+    found = [False] * len(keys)
+    while True:
+        found = [
+            ok or any(store.check([k]) for k in alternatives) for ok, alternatives in zip(found, keys, strict=True)
+        ]
+        waited = time.monotonic() - start
+        if all(found) or waited >= seconds:
+            return found
         time.sleep(0.01 if waited < 1.0 else 0.1)
-    return [store.check([k]) for k in keys]
 
 
 def _read(store: Store | None, key: str) -> str:
