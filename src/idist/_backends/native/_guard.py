@@ -238,20 +238,21 @@ class Guard:
             self._drop("a collective failed on this rank: the group is no longer usable")
             return [], False
         prefix = f"idist/stall/{comm.key}/"
+        keys = [f"{prefix}{comm.seq}/{r}" for r in range(len(comm.ranks))]
         grace = min(STALL_GRACE, self.timeout.total_seconds())
-        # A rank one collective behind or ahead failed with the same fault (its part of the
-        # last collective still in flight when the fault came, or already done): it arrived.
-        keys = [[f"{prefix}{comm.seq + d}/{r}" for d in (0, -1, 1)] for r in range(len(comm.ranks))]
 
         def tell() -> bool:
-            store.set(keys[comm.group_rank][0], "1")
+            # also as one collective behind and ahead: a peer there failed with the same fault
+            # (its part of the last collective still in flight when it came, or already done)
+            for seq in (comm.seq, comm.seq - 1, comm.seq + 1):
+                store.set(f"{prefix}{seq}/{comm.group_rank}", "1")
             return True
 
         told = bounded(tell, 1.0)
         # A peer blocked on this rank (alive, waiting for its part) would not fail before the
         # grace ends and be named as missing: closing this rank's connections wakes it now.
         self._drop("a collective failed on this rank: the group is no longer usable")
-        arrived = bounded(lambda: present_any(store, keys, grace), grace + 1.0) if told else None
+        arrived = bounded(lambda: present(store, keys, grace), grace + 1.0) if told else None
         if arrived is None:
             return [], False
         return [comm.ranks[r] for r, ok in enumerate(arrived) if not ok], True
@@ -260,21 +261,10 @@ class Guard:
 def present(store: Store, keys: list[str], seconds: float) -> list[bool]:
     """Which keys exist, once all do or ``seconds`` passed (polled: a store ``wait`` that times
     out leaves its answer in flight, to be misread as the answer to the next request)."""
-    return present_any(store, [[k] for k in keys], seconds)
-
-
-def present_any(store: Store, keys: list[list[str]], seconds: float) -> list[bool]:
-    """For each list of keys, whether one of them exists, once all do or ``seconds`` passed."""
     start = time.monotonic()
-    found = [False] * len(keys)
-    while True:
-        found = [
-            ok or any(store.check([k]) for k in alternatives) for ok, alternatives in zip(found, keys, strict=True)
-        ]
-        waited = time.monotonic() - start
-        if all(found) or waited >= seconds:
-            return found
+    while not store.check(keys) and (waited := time.monotonic() - start) < seconds:
         time.sleep(0.01 if waited < 1.0 else 0.1)
+    return [store.check([k]) for k in keys]
 
 
 def _read(store: Store | None, key: str) -> str:
