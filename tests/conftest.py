@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 # A new module or test that starts processes belongs in one of these lists.
 SLOW_MODULES = {
     "test_bad_input_gloo.py",
+    "test_checkpoint_gloo.py",
     "test_collectives_gloo.py",
     "test_failures.py",
     "test_ignite_compat.py",
@@ -49,6 +50,10 @@ SLOW_TESTS = (
     "test_faults.py::test_one_node_launches_listen_on_loopback_only",
     "test_faults.py::test_a_launcher_killed_with_sigkill_takes_every_rank_within_a_second",
     "test_faults.py::test_idist_run_prefixes_each_line_once",
+    "test_fsdp_gloo.py::test_two_fsdp_ranks",
+    "test_fsdp_gloo.py::test_each_fsdp_rank",
+    "test_fsdp_gloo.py::test_accumulation_under_no_sync",
+    "test_fsdp_gloo.py::test_bad_fsdp_options",
 )
 
 

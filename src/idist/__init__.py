@@ -22,9 +22,12 @@ from ._calls import (
     auto_optim,
     barrier,
     broadcast,
+    load_checkpoint,
     new_group,
+    no_sync,
     one_rank_first,
     one_rank_only,
+    save_checkpoint,
     sync,
     timeout,
 )
@@ -32,6 +35,11 @@ from ._context import DistContext
 from ._errors import (
     AlreadyInitializedError,
     BackendUnavailableError,
+    CheckpointError,
+    CheckpointMismatchError,
+    CheckpointNotFoundError,
+    CheckpointPathError,
+    CheckpointStateError,
     CollectiveInputError,
     CollectiveMismatchError,
     CollectiveTimeoutError,
@@ -89,6 +97,7 @@ from ._types import (
 )
 from .launch import Parallel, SpawnHandle, spawn
 from .training import AutoDataLoader, DistributedProxySampler
+from .training._options import Strategy
 
 __version__ = "0.1.0"
 
@@ -105,18 +114,19 @@ __all__ = [
     # collectives
     "all_gather", "all_gather_tensors_with_shapes", "all_reduce", "any_rank_failed", "barrier", "broadcast",
     "new_group", "sync", "timeout",
-    # rank-only and training helpers
-    "AutoDataLoader", "DistributedProxySampler", "auto_dataloader", "auto_model", "auto_optim",
-    "one_rank_first", "one_rank_only",
+    # rank-only and training helpers, checkpoints
+    "AutoDataLoader", "DistributedProxySampler", "auto_dataloader", "auto_model", "auto_optim", "no_sync",
+    "one_rank_first", "one_rank_only", "load_checkpoint", "save_checkpoint",
     # launching
     "Parallel", "SpawnHandle", "spawn",
     # errors
-    "AlreadyInitializedError", "BackendUnavailableError", "CollectiveInputError", "CollectiveMismatchError",
-    "CollectiveTimeoutError", "ContextClosedError", "GroupBrokenError", "IdistError", "LaunchConfigError",
-    "LaunchEnvironmentError", "LaunchError", "LeaderFailedError", "PeerLostError", "ReduceOverflowError",
-    "RendezvousTimeoutError", "TrainingSetupError",
+    "AlreadyInitializedError", "BackendUnavailableError", "CheckpointError", "CheckpointMismatchError",
+    "CheckpointNotFoundError", "CheckpointPathError", "CheckpointStateError", "CollectiveInputError",
+    "CollectiveMismatchError", "CollectiveTimeoutError", "ContextClosedError", "GroupBrokenError", "IdistError",
+    "LaunchConfigError", "LaunchEnvironmentError", "LaunchError", "LeaderFailedError", "PeerLostError",
+    "ReduceOverflowError", "RendezvousTimeoutError", "TrainingSetupError",
     "UnknownBackendError", "UnsupportedOpError", "UnsupportedSamplerError", "UnsupportedValueError",
     # type aliases
     "BackendName", "GroupArg", "HorovodBackend", "HorovodReduceOp", "ModelName", "NativeBackend",
-    "ReduceOp", "SerialBackend", "XlaBackend",
+    "ReduceOp", "SerialBackend", "Strategy", "XlaBackend",
 ]  # fmt: skip

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+from typing_extensions import Unpack
 
 from . import _rank_only
 from ._group import Group
 from ._stack import current
 from ._types import GroupArg, ReduceOp
 from .training import AutoDataLoader, _settings
+from .training._options import DDPOptions, FSDPOptions, Strategy
+
+if TYPE_CHECKING:
+    from .checkpoint import Loaded
 
 T = TypeVar("T")
 TensorT = TypeVar("TensorT", bound=torch.Tensor)
@@ -98,9 +104,38 @@ def one_rank_first(rank: int = 0, local: bool = False) -> AbstractContextManager
 
 
 # --------------------------------------------------------- training helpers
-def auto_model(model: torch.nn.Module, sync_bn: bool = False, **kwargs: Any) -> torch.nn.Module:
-    """``current().auto_model(model, sync_bn, **kwargs)``: on the device, DDP when distributed."""
-    return current().auto_model(model, sync_bn, **kwargs)
+@overload
+def auto_model(
+    model: torch.nn.Module, sync_bn: bool = False, *, strategy: Literal["ddp"] = "ddp", **kwargs: Unpack[DDPOptions]
+) -> torch.nn.Module: ...
+@overload
+def auto_model(
+    model: torch.nn.Module, sync_bn: bool = False, *, strategy: Literal["fsdp"], **kwargs: Unpack[FSDPOptions]
+) -> torch.nn.Module: ...
+def auto_model(
+    model: torch.nn.Module, sync_bn: bool = False, *, strategy: Strategy = "ddp", **kwargs: Any
+) -> torch.nn.Module:
+    """``current().auto_model(model, sync_bn, strategy=..., **kwargs)``: on the device, replicated (DDP) or
+    sharded (FSDP) when distributed. ``strategy="fsdp"`` on Horovod / XLA raises ``TrainingSetupError``."""
+    return current().auto_model(model, sync_bn, strategy=strategy, **kwargs)
+
+
+def no_sync(model: torch.nn.Module, enabled: bool = True) -> AbstractContextManager[None]:
+    """``with idist.no_sync(model):`` backward passes keep their gradients local (gradient accumulation).
+
+    ``current().no_sync(model, enabled)``; on Horovod it raises ``TrainingSetupError``.
+    """
+    return current().no_sync(model, enabled)
+
+
+def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, object]) -> None:
+    """``current().save_checkpoint(path, state)``: every rank writes its part; published atomically."""
+    current().save_checkpoint(path, state)
+
+
+def load_checkpoint(path: str | os.PathLike[str], state: Mapping[str, object], *, strict: bool = True) -> Loaded:
+    """``current().load_checkpoint(path, state, strict=strict)``: fills modules and optimizers, returns plain values."""
+    return current().load_checkpoint(path, state, strict=strict)
 
 
 def auto_optim(optimizer: OptimizerT, **kwargs: Any) -> OptimizerT:

@@ -1,8 +1,8 @@
 """``DistContext``: the API every context offers, written once over the backend hooks.
 
 Queries never communicate; the collectives check their arguments here and move data in
-``_collectives``; rank-only and training helpers delegate to ``_rank_only`` and
-``training/``. The fields and the hooks a backend implements are in ``_core``.
+``_collectives``; rank-only helpers delegate to ``_rank_only``. The training and checkpoint
+methods are in ``_training_api``, the fields and the hooks a backend implements in ``_core``.
 """
 
 from __future__ import annotations
@@ -10,36 +10,28 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import attrs
 import torch
 
 from . import _collectives, _rank_only
-from ._core import CommT, ContextCore
+from ._core import CommT
 from ._errors import IdistError
 from ._group import Group, check_ranks
 from ._log import visible_logger
+from ._training_api import TrainingMethods
 from ._types import GroupArg, ModelName, ReduceOp
-from .training import _dataloader, _model, _optim, _settings
-
-if TYPE_CHECKING:
-    from torch import nn
-    from torch.optim import Optimizer
-    from torch.utils.data import DataLoader, Dataset
-
-    from .training import AutoDataLoader
 
 __all__ = ["DistContext"]
 
 T = TypeVar("T")
 TensorT = TypeVar("TensorT", bound=torch.Tensor)
-OptimizerT = TypeVar("OptimizerT", bound="Optimizer")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 @attrs.frozen(eq=False, kw_only=True)
-class DistContext(ContextCore[CommT]):
+class DistContext(TrainingMethods[CommT]):
     """A distributed configuration, fixed at creation.
 
     Use the module functions (``idist.all_reduce``...) or this object's methods; both
@@ -260,40 +252,3 @@ class DistContext(ContextCore[CommT]):
     def one_rank_first(self, rank: int = 0, local: bool = False) -> AbstractContextManager[None]:
         """Context manager: ``rank`` runs the block first, the others after it finished."""
         return _rank_only.one_rank_first(lambda: self, rank, local)
-
-    # --------------------------------------------------------- training helpers
-    def auto_model(self, model: nn.Module, sync_bn: bool = False, **kwargs: Any) -> nn.Module:
-        """The model on this context's device, wrapped for this backend (DDP when distributed).
-
-        Never wraps a DDP/DataParallel model twice. ``kwargs`` go to the wrapper; on CUDA
-        ``device_ids`` comes from the context (passing it raises ``TrainingSetupError``).
-        ``sync_bn`` converts BatchNorm to SyncBatchNorm (GPU only).
-        """
-        return _model.auto_model(self, model, sync_bn, **kwargs)
-
-    def auto_optim(self, optimizer: OptimizerT, **kwargs: Any) -> OptimizerT:
-        """The optimizer adapted for this backend (unchanged on serial and torch.distributed)."""
-        return _optim.auto_optim(self, optimizer, **kwargs)
-
-    @overload
-    def auto_dataloader(
-        self, data: Dataset[T] | DataLoader[T], /, *, dataset: None = None, dataloader: None = None, **kwargs: Any
-    ) -> AutoDataLoader[T]: ...
-    @overload
-    def auto_dataloader(
-        self, data: None = None, /, *, dataset: Dataset[T], dataloader: None = None, **kwargs: Any
-    ) -> AutoDataLoader[T]: ...
-    @overload
-    def auto_dataloader(
-        self, data: None = None, /, *, dataset: None = None, dataloader: DataLoader[T], **kwargs: Any
-    ) -> AutoDataLoader[T]: ...
-    def auto_dataloader(
-        self, data: object = None, /, *, dataset: object = None, dataloader: object = None, **kwargs: Any
-    ) -> AutoDataLoader[Any]:
-        """A loader giving this rank its share: ``batch_size`` is the global batch.
-
-        Takes a Dataset (plus DataLoader keyword arguments) or a DataLoader (its settings,
-        overridden by ``kwargs``), positionally or as ``dataset=`` (ignite) / ``dataloader=``
-        (the seed). Also ``per_rank_batch_size=``, ``seed=``, ``shard_iterable=``, ``even_batches=``.
-        """
-        return _dataloader.auto_dataloader(self, _settings.the_data(data, dataset, dataloader), **kwargs)

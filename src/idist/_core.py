@@ -17,7 +17,7 @@ import torch
 from typing_extensions import TypeVar as DefaultTypeVar
 
 from ._codec import checked_tensor
-from ._errors import CollectiveInputError, ContextClosedError, GroupBrokenError, IdistError
+from ._errors import CollectiveInputError, ContextClosedError, GroupBrokenError, IdistError, TrainingSetupError
 from ._exchange import Comm
 from ._group import Group, check_ranks
 from ._reduce import check_tensor_op
@@ -28,6 +28,7 @@ from .training import _model, _optim
 
 if TYPE_CHECKING:
     from torch import nn
+    from torch.distributed import ProcessGroup
     from torch.optim import Optimizer
 
     from .training import AutoDataLoader
@@ -219,6 +220,21 @@ class ContextCore(ABC, Generic[CommT]):
     # Training hooks: what a backend overrides; the shared logic calls them.
     def _wrap_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
         return _model.wrap_single_process(self, model, sync_bn, kwargs)
+
+    def _shard_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
+        """``auto_model(strategy="fsdp")``; a backend that cannot shard says what to use instead."""
+        raise TrainingSetupError(
+            f"auto_model(strategy='fsdp') needs torch.distributed; {type(self).__name__} ({self.backend}) "
+            "replicates the model instead: use strategy='ddp' (the default) here, or launch with the gloo or "
+            "nccl backend (idist run, torchrun) to shard"
+        )
+
+    def _check_no_sync(self) -> None:
+        """Raise where ``no_sync`` cannot skip the gradient exchange."""
+
+    def _dcp_group(self) -> ProcessGroup | None:
+        """The torch process group checkpoints are written over; None: rank 0 writes a replicated model alone."""
+        return None
 
     def _wrap_optimizer(self, optimizer: OptimizerT, kwargs: dict[str, Any]) -> OptimizerT:
         return _optim.keep_optimizer(self, optimizer, kwargs)

@@ -11,6 +11,11 @@ from __future__ import annotations
 __all__ = [
     "AlreadyInitializedError",
     "BackendUnavailableError",
+    "CheckpointError",
+    "CheckpointMismatchError",
+    "CheckpointNotFoundError",
+    "CheckpointPathError",
+    "CheckpointStateError",
     "CollectiveInputError",
     "CollectiveMismatchError",
     "CollectiveTimeoutError",
@@ -171,6 +176,30 @@ class TrainingSetupError(IdistError, ValueError):
 
 class UnsupportedSamplerError(TrainingSetupError, TypeError):
     """A sampler that cannot be shared out between ranks (not a Sampler, already distributed, no len)."""
+
+
+class CheckpointError(IdistError, RuntimeError):
+    """A checkpoint save or load failed on some rank; raised on every rank, naming the ranks.
+
+    A failed save leaves the checkpoint that was at the path as it was; a failed load
+    changes no parameter.
+    """
+
+
+class CheckpointStateError(CheckpointError, ValueError):
+    """The state cannot be saved or loaded as given (an optimizer without its model, a value pickle refuses)."""
+
+
+class CheckpointMismatchError(CheckpointError, ValueError):
+    """The state and the checkpoint differ: missing or unexpected keys, shapes that do not fit (all listed)."""
+
+
+class CheckpointPathError(CheckpointError, OSError):
+    """A checkpoint path that not every rank can see or write (node-local disks in a multi-node job)."""
+
+
+class CheckpointNotFoundError(CheckpointPathError, FileNotFoundError):
+    """No checkpoint at the path (on the ranks named)."""
 
 
 # Codes used to ship an error class from one rank to the others (see _codec).

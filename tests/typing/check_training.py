@@ -1,15 +1,19 @@
-"""Type tests for the training helpers: checked by mypy (strict), never executed."""
+"""Type tests for the training helpers: checked by mypy (strict) and pyright, never executed."""
 
 from __future__ import annotations
 
-from typing import assert_type
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, assert_type
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import MixedPrecisionPolicy
 from torch.utils.data import DataLoader, TensorDataset
 
 import idist
-from idist import AutoDataLoader, NativeContext
+from idist import AutoDataLoader, DistContext, HorovodContext, NativeContext, SerialContext, XlaContext
+from idist.checkpoint import Loaded, Skipped
 
 
 def helpers_keep_their_types(ctx: NativeContext, ds: TensorDataset) -> None:
@@ -24,4 +28,47 @@ def helpers_keep_their_types(ctx: NativeContext, ds: TensorDataset) -> None:
     assert_type(loader.epoch, int | None)
     loader.set_epoch(3)
     idist.auto_optim(nn.Linear(1, 1))  # type: ignore[type-var]
-    idist.auto_model(sgd)  # type: ignore[arg-type]
+    idist.auto_model(sgd)  # type: ignore[call-overload]
+
+
+def fsdp_is_typed_where_the_backend_can_shard(
+    n: NativeContext, s: SerialContext, d: DistContext, h: HorovodContext, x: XlaContext, m: nn.Module
+) -> None:
+    assert_type(n.auto_model(m, strategy="fsdp"), nn.Module)
+    n.auto_model(m, strategy="fsdp", reshard_after_forward=False, mp_policy=MixedPrecisionPolicy())
+    n.auto_model(m, strategy="fsdp", shard_modules=(nn.Linear,))
+    n.auto_model(m, strategy="ddp", find_unused_parameters=True)
+    n.auto_model(m, find_unused_parameters=True)
+    s.auto_model(m, strategy="fsdp")
+    d.auto_model(m, strategy="fsdp")  # any backend: decided when it runs
+    idist.auto_model(m, strategy="fsdp", reshard_after_forward=True)
+    h.auto_model(m)
+    x.auto_model(m, find_unused_parameters=True)  # ignored there, as on ignite
+    h.auto_model(m, strategy="fsdp")  # type: ignore[call-arg]
+    x.auto_model(m, strategy="ddp")  # type: ignore[call-arg]
+    n.auto_model(m, strategy="zero3")  # type: ignore[call-overload]
+    n.auto_model(m, strategy="fsdp", find_unused_parameters=True)  # type: ignore[call-overload]
+    idist.auto_model(m, strategy="fsdp", static_graph=True)  # type: ignore[call-overload]
+
+
+def no_sync_is_typed_where_it_can_skip_the_exchange(
+    n: NativeContext, s: SerialContext, x: XlaContext, d: DistContext, h: HorovodContext, m: nn.Module
+) -> None:
+    assert_type(n.no_sync(m), AbstractContextManager[None])
+    with s.no_sync(m, enabled=False), x.no_sync(m), d.no_sync(m), idist.no_sync(m):
+        pass
+    h.no_sync(m)  # type: ignore[misc]
+
+
+def checkpoints_on_every_context(ctx: DistContext, h: HorovodContext, m: nn.Module, opt: torch.optim.Adam) -> None:
+    ctx.save_checkpoint("ckpt", {"model": m, "optim": opt, "epoch": 3})
+    h.save_checkpoint(Path("ckpt"), {"model": m})
+    idist.save_checkpoint(Path("ckpt"), {"model": m})
+    loaded = idist.load_checkpoint("ckpt", {"model": m, "optim": opt}, strict=False)
+    assert_type(loaded, Loaded)
+    assert_type(loaded["epoch"], Any)
+    assert_type(loaded.skipped, Skipped)
+    assert_type(loaded.skipped.missing, tuple[str, ...])
+    assert_type(h.load_checkpoint("ckpt", {"model": m}), Loaded)
+    ctx.load_checkpoint("ckpt", {"model": m}, True)  # type: ignore[call-arg]
+    idist.save_checkpoint(3, {"model": m})  # type: ignore[arg-type]

@@ -6,12 +6,14 @@ from typing import Any, Self, final
 
 import attrs
 import torch
+from torch import nn
 
 from .._context import DistContext
 from .._core import ContextState
 from .._errors import CollectiveInputError
 from .._number_sum import Mode
 from .._topology import Topology
+from ..training._model import whole
 
 
 @attrs.define(eq=False)
@@ -65,3 +67,6 @@ class SerialContext(DistContext[SelfComm]):
 
     def _barrier(self, comm: SelfComm) -> None:
         return None
+
+    def _shard_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
+        return whole(self, model, kwargs)

@@ -15,7 +15,7 @@ from torch import nn
 
 from ... import _codec, _exchange
 from ..._context import DistContext
-from ..._errors import CollectiveInputError, UnsupportedOpError
+from ..._errors import CollectiveInputError, TrainingSetupError, UnsupportedOpError
 from ..._group import Group, check_ranks
 from ..._types import COMMON_OPS, GroupArg, HorovodReduceOp
 from . import _create, _lib, _training
@@ -145,6 +145,13 @@ class HorovodContext(DistContext[HorovodComm]):
 
     def _wrap_optimizer(self, optimizer: OptimizerT, kwargs: dict[str, Any]) -> OptimizerT:
         return _training.wrap_optimizer(self, optimizer, kwargs)
+
+    def _check_no_sync(self) -> None:
+        raise TrainingSetupError(
+            "no_sync on Horovod: hvd.DistributedOptimizer exchanges gradients in its backward hooks, not in the "
+            "model; for K micro-batches per step pass auto_optim(optimizer, backward_passes_per_step=K) and call "
+            "step() every K backward passes"
+        )
 
     # ------------------------------------------------------------- collectives
     @overload

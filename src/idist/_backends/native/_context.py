@@ -213,6 +213,16 @@ class NativeContext(DistContext[NativeComm]):
     def _wrap_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
         return _ddp.wrap_ddp(self, model, sync_bn, kwargs)
 
+    def _shard_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
+        from . import _fsdp  # slow: torch.distributed.fsdp adds ~1 s to every import; loaded on first use
+
+        return _fsdp.shard(self, model, sync_bn, kwargs)
+
+    def _dcp_group(self) -> dist.ProcessGroup | None:
+        # simulated ranks' groups are not registered with torch.distributed, which DCP needs
+        pg = self.process_group
+        return pg if self.world_size > 1 and isinstance(pg, dist.ProcessGroup) else None
+
     def _close(self) -> None:
         # let the worker threads drop finished work while the interpreter is whole (_inflight)
         state = self._state

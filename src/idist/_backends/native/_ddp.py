@@ -40,13 +40,7 @@ def wrap_ddp(ctx: NativeContext, model: nn.Module, sync_bn: bool, kwargs: dict[s
             )
     group = kwargs.pop("process_group", None) or torch_group(ctx)
     if sync_bn:
-        if ctx.device.type == "cpu":
-            raise TrainingSetupError(
-                "sync_bn=True needs GPU devices: torch's SyncBatchNorm rejects CPU input in training. "
-                "On CPU drop sync_bn (each rank then normalizes with its own batch statistics)"
-            )
-        logger.info("auto_model: converting BatchNorm layers to SyncBatchNorm")
-        model = nn.SyncBatchNorm.convert_sync_batchnorm(model, process_group=group)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+        model = sync_batchnorm(ctx, model, group)
     if ctx.device.type == "cuda":
         kwargs["device_ids"] = [ctx.device.index]
     logger.info("auto_model: DistributedDataParallel on rank %d/%d (%s)", ctx.rank, ctx.world_size, ctx.device)
@@ -58,6 +52,18 @@ def wrap_ddp(ctx: NativeContext, model: nn.Module, sync_bn: bool, kwargs: dict[s
     # wrapper, whose destructor releases the GIL.
     ddp.__dict__[KEEPALIVE] = group
     return ddp
+
+
+def sync_batchnorm(ctx: NativeContext, model: nn.Module, group: dist.ProcessGroup) -> nn.Module:
+    """``model`` with its BatchNorm layers as SyncBatchNorm over ``group`` (GPU only)."""
+    if ctx.device.type == "cpu":
+        raise TrainingSetupError(
+            "sync_bn=True needs GPU devices: torch's SyncBatchNorm rejects CPU input in training. "
+            "On CPU drop sync_bn (each rank then normalizes with its own batch statistics)"
+        )
+    logger.info("auto_model: converting BatchNorm layers to SyncBatchNorm")
+    converted: nn.Module = nn.SyncBatchNorm.convert_sync_batchnorm(model, process_group=group)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+    return converted
 
 
 def forget(ctx: NativeContext) -> None:

@@ -1,0 +1,103 @@
+"""``load_checkpoint``: compare first, read into scratch tensors, apply only when every rank has read.
+
+Each step ends with ``settle`` (every rank raises if any rank failed): (1) every rank finds
+the checkpoint, reads its metadata and plain values, and compares them with the state
+(``_compare``); with ``strict`` any difference fails here; (2) DCP reads into tensors of the
+state's shapes and shardings (``_state.scratch``); (3) the modules, optimizers, stateful
+objects and the caller's plain values are updated. A failure before (3) changes nothing.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+
+from .._errors import CheckpointMismatchError
+from . import _compare, _dcp, _files, _state
+from ._compare import Skipped
+from ._settle import Failure, settle
+
+if TYPE_CHECKING:
+    from .._context import DistContext
+
+logger = logging.getLogger("idist.checkpoint")
+
+
+class Loaded(dict[str, Any]):
+    """The checkpoint's plain values by name; ``skipped`` lists what a ``strict=False`` load left out."""
+
+    skipped: Skipped
+
+    def __init__(self, values: Mapping[str, Any], skipped: Skipped) -> None:
+        super().__init__(values)
+        self.skipped = skipped
+
+
+def _read_values(folder: Path) -> tuple[dict[str, object], dict[str, Mapping[str, object]]]:
+    """The plain values and stateful states rank 0 pickled (none for a checkpoint DCP alone wrote)."""
+    path = folder / _files.VALUES
+    if not path.exists():
+        return {}, {}
+    blob = torch.load(io.BytesIO(path.read_bytes()), map_location="cpu", weights_only=False)
+    return dict(blob["values"]), dict(blob["stateful"])
+
+
+def load(ctx: DistContext, path: str | os.PathLike[str], state: Mapping[str, object], strict: bool = True) -> Loaded:
+    """See ``DistContext.load_checkpoint``."""
+    folder = Path(os.path.abspath(path))
+    what = f"loading checkpoint {folder}"
+    error: Failure = None
+    fresh: list[torch.optim.Optimizer] = []
+    try:
+        _files.check_readable(folder)
+        entries = _state.classify(state)
+        fresh = [opt for opt, _ in entries.optimizers.values() if not opt.state]
+        metadata = FileSystemReader(folder).read_metadata()
+        values, stateful = _read_values(folder)
+        absent = [k for k in entries.values if k not in values] + [k for k in entries.stateful if k not in stateful]
+        target = _state.tensor_state(entries, keep_fresh=True)
+        plan = _compare.compare(target, set(entries.optimizers), metadata, absent)
+        if strict and plan.skipped:
+            raise CheckpointMismatchError(
+                f"the state and the checkpoint differ ({plan.skipped.describe()}); fix the state, or pass "
+                "strict=False to load what matches"
+            )
+        target = _state.scratch(_compare.without(target, plan))
+    except Exception as exc:
+        error = exc
+    try:
+        settle(ctx, what, error)
+        error = None
+        try:
+            _dcp.read(target, folder, ctx._dcp_group())
+        except (Exception, CheckpointException) as exc:
+            error = exc
+        settle(ctx, what, error)
+    except BaseException:
+        for opt in fresh:
+            opt.state.clear()  # torch filled it to know the shapes; the load did not happen
+        raise
+    error = None
+    try:
+        _state.apply(entries, target, set(plan.partial))
+        for name, obj in entries.stateful.items():
+            if name in stateful:
+                obj.load_state_dict(stateful[name])
+    except Exception as exc:
+        error = exc
+    settle(ctx, what, error)
+    if isinstance(state, MutableMapping):
+        for name in entries.values:
+            if name in values:
+                state[name] = values[name]
+    if plan.skipped:
+        logger.warning("load_checkpoint(%s, strict=False) skipped %s", folder, plan.skipped.describe())
+    return Loaded(values, plan.skipped)

@@ -1,0 +1,256 @@
+"""Checkpoints on real gloo processes: independent of the world size and the strategy, atomic,
+all or nothing, and raised on every rank.
+
+Saved by 2 FSDP ranks and by 2 DDP ranks, loaded by 3 DDP / FSDP ranks and by one plain
+process: the weights and the Adam state are the saved ones exactly, and training goes on
+like an uninterrupted single process. A rank that fails (or is SIGKILLed) mid-save leaves
+the previous checkpoint whole; bad paths and mismatched states raise on every rank.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+import idist
+from idist import (
+    CheckpointError,
+    CheckpointMismatchError,
+    CheckpointNotFoundError,
+    CheckpointPathError,
+    CheckpointStateError,
+)
+from multiproc import run_ranks
+from sharding_cases import Net, assert_close, full_state, make, run_epochs
+
+SAVED_AT, STOP = 2, 4
+
+
+def _save_rank(rank: int, folder: str) -> dict[str, Any]:
+    ctx = idist.initialize("gloo", timeout=60)
+    try:
+        out = {}
+        for strategy in ("fsdp", "ddp"):
+            model, opt = make(ctx, strategy)
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.5)
+            run_epochs(ctx, model, opt, 0, SAVED_AT)
+            sched.step()
+            state = {"model": model, "optim": opt, "sched": sched, "epoch": SAVED_AT, "tag": f"{strategy} é✓"}
+            idist.save_checkpoint(Path(folder) / f"{strategy}2", state)
+            out[strategy] = full_state(model, opt)
+        return out
+    finally:
+        idist.finalize()
+
+
+def _resume(ctx: idist.DistContext, strategy: str, path: Path) -> dict[str, Any]:
+    model, opt = make(ctx, strategy, seed=1)  # other weights than the saved ones
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.5)
+    state = {"model": model, "optim": opt, "sched": sched, "epoch": 0}
+    values = ctx.load_checkpoint(path, state)
+    loaded = full_state(model, opt)
+    run_epochs(ctx, model, opt, state["epoch"], STOP)
+    return {
+        "loaded": loaded, "final": full_state(model, opt), "values": dict(values), "epoch": state["epoch"],
+        "lr": opt.param_groups[0]["lr"], "sched": sched.state_dict()["last_epoch"],
+    }  # fmt: skip
+
+
+def _resume_rank(rank: int, folder: str) -> dict[str, Any]:
+    ctx = idist.initialize("gloo", timeout=60)
+    try:
+        return {
+            "ddp2->fsdp3": _resume(ctx, "fsdp", Path(folder) / "ddp2"),
+            "fsdp2->ddp3": _resume(ctx, "ddp", Path(folder) / "fsdp2"),
+        }
+    finally:
+        idist.finalize()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = tmp_path_factory.mktemp("ckpt")
+    saved = run_ranks(_save_rank, 2, str(folder), timeout=240)
+    resumed = run_ranks(_resume_rank, 3, str(folder), timeout=240)
+    with idist.context("serial") as ctx:
+        serial = _resume(ctx, "ddp", folder / "fsdp2")
+        model, opt = make(ctx, "ddp")
+        run_epochs(ctx, model, opt, 0, STOP)
+        uninterrupted = full_state(model, opt)
+    return {"folder": folder, "saved": saved, "resumed": resumed, "serial": serial, "uninterrupted": uninterrupted}
+
+
+def test_the_folder_holds_dcp_files_and_the_plain_values(runs: dict[str, Any]) -> None:
+    names = sorted(p.name for p in (runs["folder"] / "fsdp2").iterdir())
+    assert names == [".metadata", "__0_0.distcp", "__1_0.distcp", "idist-values.pt", "idist.json"]
+    assert sorted(p.name for p in runs["folder"].iterdir()) == ["ddp2", "fsdp2"]  # no staging folder left
+
+
+@pytest.mark.parametrize(("case", "source"), [("ddp2->fsdp3", "ddp"), ("fsdp2->ddp3", "fsdp")])
+def test_three_ranks_load_what_two_saved_and_train_on(runs: dict[str, Any], case: str, source: str) -> None:
+    saved = runs["saved"][0][source]
+    for r in runs["resumed"]:
+        assert_close(r[case]["loaded"], saved, atol=0)
+        assert_close(r[case]["final"], runs["uninterrupted"])
+        assert r[case]["epoch"] == SAVED_AT
+        assert r[case]["values"] == {"epoch": SAVED_AT, "tag": f"{source} é✓"}
+        assert r[case]["sched"] == 1 and r[case]["lr"] == 0.01
+
+
+def test_one_plain_process_loads_what_fsdp_saved_and_trains_on(runs: dict[str, Any]) -> None:
+    assert_close(runs["serial"]["loaded"], runs["saved"][0]["fsdp"], atol=0)
+    assert_close(runs["serial"]["final"], runs["uninterrupted"])
+
+
+def test_ddp_and_fsdp_checkpoints_hold_the_same_training(runs: dict[str, Any]) -> None:
+    assert_close(runs["saved"][0]["fsdp"], runs["saved"][1]["ddp"])
+
+
+# ---------------------------------------------------------------------------- failures
+def _outcome(fn: Any) -> str:
+    try:
+        fn()
+    except BaseException as exc:  # a CheckpointException (a BaseException) must never get here
+        return f"{type(exc).__name__}: {exc}"
+    return "ok"
+
+
+def _fault_rank(rank: int, folder: str) -> dict[str, Any]:
+    root = Path(folder)
+    ctx = idist.initialize("gloo", timeout=60)
+    out: dict[str, Any] = {}
+    try:
+        model, opt = make(ctx, "ddp")
+        good = {"model": model, "optim": opt, "epoch": 1}
+        idist.save_checkpoint(root / "ck", good)
+        before = full_state(model, opt)
+        out["unpicklable"] = _outcome(
+            lambda: idist.save_checkpoint(root / "ck", {**good, "hook": (lambda: 1) if rank == 1 else 1})
+        )
+        real_write = FileSystemWriter.write_data
+
+        def full_disk(self: Any, *args: Any) -> Any:
+            if rank == 1:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real_write(self, *args)
+
+        FileSystemWriter.write_data = full_disk  # type: ignore[method-assign]
+        out["full_disk"] = _outcome(lambda: idist.save_checkpoint(root / "ck", good))
+        FileSystemWriter.write_data = real_write  # type: ignore[method-assign]
+        out["after"] = sorted(p.name for p in root.iterdir())
+        out["local_disk"] = _outcome(lambda: idist.save_checkpoint(root / f"node{rank}" / "ck", good))
+        out["local_files"] = sorted(str(p.relative_to(root)) for p in root.glob("node*/**/*") if p.is_file())
+        out["missing"] = _outcome(lambda: idist.load_checkpoint(root / "nothing", good))
+        out["missing_here"] = _outcome(lambda: idist.load_checkpoint(root / ("ck" if rank == 0 else "nothing"), good))
+        other, other_opt = make(ctx, "ddp", seed=3)
+        untouched = full_state(other, other_opt)
+        wide_state = {"model": ctx.auto_model(Net(out=3), strategy="fsdp"), "epoch": 0}  # another shape, sharded
+        out["mismatch"] = _outcome(lambda: idist.load_checkpoint(root / "ck", {**wide_state, "other": 1}))
+        loaded = idist.load_checkpoint(root / "ck", wide_state, strict=False)
+        out["skipped"] = (list(loaded.skipped.missing), list(loaded.skipped.mismatched), wide_state["epoch"])
+        out["wrong_optimizer"] = _outcome(lambda: idist.load_checkpoint(root / "ck", {"optim": other_opt}))
+        out["untouched"] = full_state(other, other_opt) == untouched
+        reloaded = make(ctx, "ddp", seed=5)
+        idist.load_checkpoint(root / "ck", {"model": reloaded[0], "optim": reloaded[1]})
+        out["intact"] = full_state(*reloaded) == before
+        return out
+    finally:
+        idist.finalize()
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return run_ranks(_fault_rank, 2, str(tmp_path_factory.mktemp("faults")), timeout=240)
+
+
+def test_an_unpicklable_value_on_one_rank_fails_every_rank(faults: list[dict[str, Any]]) -> None:
+    for r in faults:
+        assert r["unpicklable"].startswith(f"{CheckpointStateError.__name__}: ")
+        assert "rank 1" in r["unpicklable"] and "state['hook'] cannot be pickled" in r["unpicklable"]
+
+
+def test_a_full_disk_on_one_rank_fails_every_rank_and_keeps_the_old_checkpoint(faults: list[dict[str, Any]]) -> None:
+    for r in faults:
+        assert r["full_disk"].startswith(f"{CheckpointError.__name__}: ")
+        assert "rank 1" in r["full_disk"] and "No space left on device" in r["full_disk"]
+        assert r["after"] == ["ck"]  # the staging folder is gone
+        assert r["intact"]
+
+
+def test_a_path_not_every_rank_sees_is_found_before_writing(faults: list[dict[str, Any]]) -> None:
+    for r in faults:
+        assert r["local_disk"].startswith(f"{CheckpointPathError.__name__}: ")
+        assert "rank 1" in r["local_disk"] and "rank 0:" not in r["local_disk"]
+        assert "shared by all nodes" in r["local_disk"]
+        assert r["local_files"] == []  # no data, no probe, no staging folder
+
+
+def test_a_missing_checkpoint_raises_file_not_found_on_every_rank(faults: list[dict[str, Any]]) -> None:
+    for r in faults:
+        assert r["missing"].startswith(f"{CheckpointNotFoundError.__name__}: ")
+        assert "every rank" in r["missing"]
+        assert r["missing_here"].startswith(f"{CheckpointNotFoundError.__name__}: ")
+        assert "failed on rank 1: no checkpoint at" in r["missing_here"]
+    assert issubclass(CheckpointNotFoundError, FileNotFoundError)
+
+
+def test_a_mismatched_state_raises_with_the_names_and_changes_nothing(faults: list[dict[str, Any]]) -> None:
+    for r in faults:
+        assert r["mismatch"].startswith(f"{CheckpointMismatchError.__name__}: ")
+        for name in ("other", "model.out.weight: checkpoint [2, 16], state [3, 16]", "model.out.bias"):
+            assert name in r["mismatch"]
+        assert r["wrong_optimizer"].startswith(f"{CheckpointStateError.__name__}: ")
+        assert r["untouched"]
+
+
+def test_strict_false_loads_what_matches_and_says_what_it_skipped(faults: list[dict[str, Any]]) -> None:
+    for r in faults:
+        missing, mismatched, epoch = r["skipped"]
+        assert missing == []
+        assert [m.split(":")[0] for m in mismatched] == ["model.out.weight", "model.out.bias"]
+        assert epoch == 1
+
+
+def _killed_rank(rank: int, folder: str, victim: int) -> str:
+    root = Path(folder)
+    ctx = idist.initialize("gloo", timeout=60)
+    try:
+        model, opt = make(ctx, "fsdp")
+        idist.save_checkpoint(root / "ck", {"model": model, "optim": opt, "epoch": 1})
+        run_epochs(ctx, model, opt, 0, 1)
+        real_write = FileSystemWriter.write_data
+
+        def die_midway(self: Any, *args: Any) -> Any:
+            if rank == victim:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real_write(self, *args)
+
+        FileSystemWriter.write_data = die_midway  # type: ignore[method-assign]
+        return _outcome(lambda: idist.save_checkpoint(root / "ck", {"model": model, "optim": opt, "epoch": 2}))
+    finally:
+        idist.finalize()
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_sigkill_of_one_rank_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path: Path, victim: int) -> None:
+    results = run_ranks(_killed_rank, 2, str(tmp_path), victim, timeout=120, may_die=frozenset({victim}))
+    assert results[victim] == ("died", -signal.SIGKILL)
+    outcome = results[1 - victim]
+    assert outcome.split(":")[0] in ("PeerLostError", "GroupBrokenError", "CheckpointError"), outcome
+    # rank 0 makes and publishes the staging folder: killed, it leaves it for the next save to remove
+    assert (tmp_path / ".ck.idist-tmp").is_dir() == (victim == 0)
+    with idist.context("serial") as ctx:
+        model, opt = make(ctx, "ddp", seed=7)
+        state = {"model": model, "optim": opt, "epoch": 0}
+        ctx.load_checkpoint(tmp_path / "ck", state)
+        fresh = make(ctx, "ddp")
+        assert state["epoch"] == 1 and full_state(model, opt) == full_state(*fresh)
+        ctx.save_checkpoint(tmp_path / "ck", state)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
