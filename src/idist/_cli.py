@@ -5,7 +5,8 @@
 starts the ranks with torchrun's variables (``launch/_scripts``); one node without a port
 gets a free loopback one. Output lines are prefixed with the global rank; the exit status
 is the first failed rank's (128 + N for signal N). Horovod jobs go through ``horovodrun``.
-``idist info`` prints the backends, the launcher environment, the interface and devices.
+``idist info`` prints the backends, the launcher environment, the interface and devices;
+``idist checkpoint info|convert DIR`` inspects a checkpoint folder (``checkpoint/_inspect``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("script", help="the script (or module with -m) to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     sub.add_parser("info", help="backends, launcher environment and devices seen from here")
+    ckpt = sub.add_parser("checkpoint", help="inspect or convert a checkpoint folder (save_checkpoint's)")
+    what = ckpt.add_subparsers(dest="action", required=True)
+    show = what.add_parser("info", help="list its entries, keys, dtypes, shapes and plain values")
+    show.add_argument("folder", help="the checkpoint folder")
+    conv = what.add_parser("convert", help="write its whole, unsharded state as one torch.save file")
+    conv.add_argument("folder", help="the checkpoint folder")
+    conv.add_argument("out", help="the file to write (e.g. model.pt)")
     return p
 
 
@@ -176,8 +184,27 @@ def cmd_info() -> int:
     return 0
 
 
+def cmd_checkpoint(a: argparse.Namespace) -> int:
+    from pathlib import Path  # (with the imports below)
+
+    from ._errors import CheckpointNotFoundError  # deferred: idist's modules import torch
+    from .checkpoint import _inspect  # (see above)
+
+    try:
+        if a.action == "info":
+            print("\n".join(_inspect.info(Path(a.folder))))
+        else:
+            state = _inspect.convert(Path(a.folder), Path(a.out))
+            print(f"wrote {a.out}: {', '.join(state)}")
+    except CheckpointNotFoundError as exc:
+        return _fail(str(exc))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     a = _parser().parse_args(argv)
     if a.command == "run":
         return cmd_run(a)
+    if a.command == "checkpoint":
+        return cmd_checkpoint(a)
     return cmd_info()

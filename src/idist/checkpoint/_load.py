@@ -41,7 +41,7 @@ class Loaded(dict[str, Any]):
         self.skipped = skipped
 
 
-def _read_values(folder: Path) -> tuple[dict[str, object], dict[str, Mapping[str, object]]]:
+def read_values(folder: Path) -> tuple[dict[str, object], dict[str, Mapping[str, object]]]:
     """The plain values and stateful states rank 0 pickled (none for a checkpoint DCP alone wrote)."""
     path = folder / _files.VALUES
     if not path.exists():
@@ -55,13 +55,13 @@ def load(ctx: DistContext, path: str | os.PathLike[str], state: Mapping[str, obj
     folder = Path(os.path.abspath(path))
     what = f"loading checkpoint {folder}"
     error: Failure = None
-    fresh: list[torch.optim.Optimizer] = []
+    fresh: dict[str, torch.optim.Optimizer] = {}
     try:
         _files.check_readable(folder)
         entries = _state.classify(state)
-        fresh = [opt for opt, _ in entries.optimizers.values() if not opt.state]
+        fresh = {name: opt for name, (opt, _) in entries.optimizers.items() if not opt.state}
         metadata = FileSystemReader(folder).read_metadata()
-        values, stateful = _read_values(folder)
+        values, stateful = read_values(folder)
         absent = [k for k in entries.values if k not in values] + [k for k in entries.stateful if k not in stateful]
         target = _state.tensor_state(entries, keep_fresh=True)
         plan = _compare.compare(target, set(entries.optimizers), metadata, absent)
@@ -82,12 +82,14 @@ def load(ctx: DistContext, path: str | os.PathLike[str], state: Mapping[str, obj
             error = exc
         settle(ctx, what, error)
     except BaseException:
-        for opt in fresh:
+        for opt in fresh.values():
             opt.state.clear()  # torch filled it to know the shapes; the load did not happen
         raise
     error = None
     try:
         _state.apply(entries, target, set(plan.partial))
+        for name in plan.drop_entries & fresh.keys():
+            fresh[name].state.clear()  # (as above) left out of a strict=False load
         for name, obj in entries.stateful.items():
             if name in stateful:
                 obj.load_state_dict(stateful[name])

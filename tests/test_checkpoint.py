@@ -1,0 +1,266 @@
+"""Checkpoints in one process: serial contexts and simulated ranks (threads), and the CLI.
+
+Round trips of modules, optimizers, stateful objects and plain values; publishing by
+rename (with and without an atomic exchange), stale staging folders, all-or-nothing loads
+and their errors; a checkpoint written by replicated simulated ranks loads on another
+world size; ``idist checkpoint info|convert``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+from torch import nn
+
+import idist
+from idist import (
+    CheckpointError,
+    CheckpointMismatchError,
+    CheckpointNotFoundError,
+    CheckpointStateError,
+)
+from idist.checkpoint import Loaded, Skipped, _files
+from idist.testing import simulate
+
+
+def _trained(seed: int = 0, steps: int = 3) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(5, 4)).pow(2).mean().backward()
+        opt.step()
+        sched.step()
+    return model, opt, sched
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, dict):
+            if not _same(x, y):
+                return False
+        elif isinstance(x, torch.Tensor):
+            if not torch.equal(x, y):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def test_a_serial_round_trip_restores_everything(tmp_path: Path) -> None:
+    model, opt, sched = _trained()
+    note = "héllo ✓ " * 3
+    idist.save_checkpoint(tmp_path / "ck", {"model": model, "optim": opt, "sched": sched, "epoch": 3, "note": note})
+    m2, o2, s2 = _trained(seed=1, steps=0)
+    state: dict[str, Any] = {"model": m2, "optim": o2, "sched": s2, "epoch": 0}
+    loaded = idist.load_checkpoint(tmp_path / "ck", state)
+    assert isinstance(loaded, Loaded) and dict(loaded) == {"epoch": 3, "note": note}
+    assert loaded.skipped == Skipped() and not loaded.skipped
+    assert state["epoch"] == 3  # plain values of a mutable state are replaced
+    assert _same(m2.state_dict(), model.state_dict())
+    assert _same(o2.state_dict(), opt.state_dict())
+    assert s2.state_dict() == sched.state_dict()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
+def test_a_second_save_replaces_the_first_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model, _, _ = _trained()
+    for exchange in (True, False):  # renameat2(RENAME_EXCHANGE), and filesystems without it
+        if not exchange:
+            monkeypatch.setattr(_files, "_exchange", lambda a, b: False)
+        idist.save_checkpoint(tmp_path / "ck", {"model": model, "step": 1})
+        other, _, _ = _trained(seed=2)
+        idist.save_checkpoint(tmp_path / "ck", {"model": other, "step": 2})
+        fresh, _, _ = _trained(seed=3, steps=0)
+        assert idist.load_checkpoint(tmp_path / "ck", {"model": fresh})["step"] == 2
+        assert _same(fresh.state_dict(), other.state_dict())
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
+def test_a_stale_staging_folder_is_removed_by_the_next_save(tmp_path: Path) -> None:
+    stale = tmp_path / ".ck.idist-tmp"
+    stale.mkdir()
+    (stale / "__0_0.distcp").write_bytes(b"half a file")
+    model, _, _ = _trained()
+    idist.save_checkpoint(tmp_path / "ck", {"model": model})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
+def test_a_checkpoint_set_aside_by_an_interrupted_publish_is_named(tmp_path: Path) -> None:
+    model, _, _ = _trained()
+    idist.save_checkpoint(tmp_path / "ck", {"model": model})
+    (tmp_path / "ck").rename(tmp_path / ".ck.idist-old")  # a save died between its two renames
+    with pytest.raises(CheckpointNotFoundError, match=r"left the previous checkpoint at .*\.ck\.idist-old"):
+        idist.load_checkpoint(tmp_path / "ck", {"model": model})
+
+
+def test_missing_and_foreign_folders_raise_file_not_found(tmp_path: Path) -> None:
+    model, _, _ = _trained()
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        idist.load_checkpoint(tmp_path / "nothing", {"model": model})
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(CheckpointNotFoundError, match=r"not a checkpoint folder \(no \.metadata"):
+        idist.load_checkpoint(tmp_path / "folder", {"model": model})
+
+
+def test_a_mismatch_names_every_key_and_changes_nothing(tmp_path: Path) -> None:
+    model, opt, _ = _trained()
+    idist.save_checkpoint(tmp_path / "ck", {"model": model, "optim": opt, "epoch": 1})
+    torch.manual_seed(5)
+    wider = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3), nn.Linear(3, 1))
+    wider_opt = torch.optim.Adam(wider.parameters())
+    before = {k: v.clone() for k, v in wider.state_dict().items()}
+    with pytest.raises(CheckpointMismatchError) as info:
+        idist.load_checkpoint(tmp_path / "ck", {"model": wider, "optim": wider_opt, "lr": 0.1})
+    text = str(info.value)
+    for name in ("model.3.weight", "model.3.bias", "lr", "model.2.weight: checkpoint [2, 8], state [3, 8]"):
+        assert name in text
+    assert isinstance(info.value, ValueError) and "strict=False" in text
+    assert _same(wider.state_dict(), before) and not wider_opt.state  # the optimizer stays fresh too
+    loaded = idist.load_checkpoint(tmp_path / "ck", {"model": wider, "optim": wider_opt}, strict=False)
+    assert "model.3.weight" in loaded.skipped.missing
+    model_keys = [m.split(":")[0] for m in loaded.skipped.mismatched if m.startswith("model.")]
+    assert model_keys == ["model.2.weight", "model.2.bias"]
+    assert "optim.state.2.weight.exp_avg: checkpoint [2, 8], state [3, 8]" in loaded.skipped.mismatched
+    assert torch.equal(wider[0].weight, model[0].weight)  # what matches is loaded
+    assert torch.equal(wider[2].weight, before["2.weight"])
+    assert not wider_opt.state  # an optimizer is never loaded in part
+    narrower = nn.Sequential(nn.Linear(4, 8))
+    with pytest.raises(CheckpointMismatchError, match=r"unexpected \(2\): model\.2\.weight, model\.2\.bias"):
+        idist.load_checkpoint(tmp_path / "ck", {"model": narrower})
+
+
+def test_an_entry_the_state_does_not_name_is_left_in_the_checkpoint(tmp_path: Path) -> None:
+    model, opt, _ = _trained()
+    idist.save_checkpoint(tmp_path / "ck", {"model": model, "optim": opt})
+    fresh, _, _ = _trained(seed=4, steps=0)
+    assert not idist.load_checkpoint(tmp_path / "ck", {"model": fresh}).skipped  # the model alone, for inference
+    assert _same(fresh.state_dict(), model.state_dict())
+
+
+def test_an_optimizer_saved_before_its_first_step_resumes_fresh(tmp_path: Path) -> None:
+    model, _, _ = _trained(steps=0)
+    opt = torch.optim.Adam(model.parameters())
+    idist.save_checkpoint(tmp_path / "ck", {"model": model, "optim": opt})
+    assert not opt.state  # saving did not step it
+    m2, _, _ = _trained(seed=1, steps=0)
+    o2 = torch.optim.Adam(m2.parameters(), lr=0.5)
+    idist.load_checkpoint(tmp_path / "ck", {"model": m2, "optim": o2})
+    assert not o2.state and o2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+
+
+def test_states_that_cannot_work_raise_before_anything_is_written(tmp_path: Path) -> None:
+    model, opt, _ = _trained()
+    with pytest.raises(CheckpointStateError, match=r"state\['hook'\] cannot be pickled"):
+        idist.save_checkpoint(tmp_path / "ck", {"model": model, "hook": lambda: 1})
+    with pytest.raises(CheckpointStateError, match="updates parameters of no single module"):
+        idist.save_checkpoint(tmp_path / "ck", {"optim": opt})
+    with pytest.raises(CheckpointStateError, match=r"without '\.'"):
+        idist.save_checkpoint(tmp_path / "ck", {"my.model": model})
+    with pytest.raises(CheckpointStateError, match="must be a mapping"):
+        idist.save_checkpoint(tmp_path / "ck", [model])  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_corrupt_file_raises_a_checkpoint_error_and_changes_nothing(tmp_path: Path) -> None:
+    model, _, _ = _trained()
+    idist.save_checkpoint(tmp_path / "ck", {"model": model})
+    (tmp_path / "ck" / "__0_0.distcp").write_bytes(b"\0" * 16)
+    fresh, _, _ = _trained(seed=9, steps=0)
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    with pytest.raises(CheckpointError) as info:  # never torch's CheckpointException, a BaseException
+        idist.load_checkpoint(tmp_path / "ck", {"model": fresh})
+    assert "torch.distributed.checkpoint on rank 0" in str(info.value)
+    assert _same(fresh.state_dict(), before)
+
+
+def test_a_checkpoint_written_by_dcp_alone_loads(tmp_path: Path) -> None:
+    model, _, _ = _trained()
+    dcp.save({"model": model.state_dict()}, checkpoint_id=tmp_path / "raw", no_dist=True)
+    fresh, _, _ = _trained(seed=3, steps=0)
+    assert dict(idist.load_checkpoint(tmp_path / "raw", {"model": fresh})) == {}
+    assert _same(fresh.state_dict(), model.state_dict())
+
+
+# simulated ranks share the process's global RNG: every model is built here, in the main thread
+REPLICA = _trained()
+FRESH = [_trained(seed=r + 1, steps=0) for r in range(3)]
+
+
+def _simulated_save(ctx: idist.DistContext, folder: Path) -> int:
+    model, opt, sched = REPLICA  # the same replica on every simulated rank
+    ctx.save_checkpoint(folder / "ck", {"model": model, "optim": opt, "sched": sched, "rank": ctx.rank})
+    return len(list((folder / "ck").iterdir()))
+
+
+def _simulated_load(ctx: idist.DistContext, folder: Path) -> tuple[bool, int]:
+    model, opt, _ = REPLICA
+    fresh, fresh_opt, fresh_sched = FRESH[ctx.rank]
+    loaded = ctx.load_checkpoint(folder / "ck", {"model": fresh, "optim": fresh_opt, "sched": fresh_sched})
+    same = _same(fresh.state_dict(), model.state_dict()) and _same(fresh_opt.state_dict(), opt.state_dict())
+    return same, loaded["rank"]
+
+
+def test_simulated_ranks_save_once_and_load_on_another_world_size(tmp_path: Path) -> None:
+    assert simulate(3, _simulated_save, tmp_path) == [4, 4, 4]
+    assert simulate(2, _simulated_load, tmp_path) == [(True, 0), (True, 0)]
+    with idist.context("serial") as ctx:
+        assert _simulated_load(ctx, tmp_path) == (True, 0)
+
+
+def test_a_failure_on_one_simulated_rank_fails_every_rank(tmp_path: Path) -> None:
+    def fn(ctx: idist.DistContext) -> str:
+        model = REPLICA[0]
+        path = tmp_path / ("ck" if ctx.rank != 1 else "elsewhere") / "ck"
+        try:
+            ctx.load_checkpoint(path, {"model": model})
+        except CheckpointNotFoundError as exc:
+            return str(exc)
+        return "no error"
+
+    model, _, _ = _trained()
+    idist.save_checkpoint(tmp_path / "ck" / "ck", {"model": model})
+    for message in simulate(3, fn):
+        assert "failed on rank 1: no checkpoint at" in message
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "idist", "checkpoint", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.mark.slow
+def test_the_cli_lists_and_converts_a_checkpoint(tmp_path: Path) -> None:
+    model, opt, sched = _trained()
+    idist.save_checkpoint(tmp_path / "ck", {"model": model, "optim": opt, "sched": sched, "epoch": 4})
+    info = _cli("info", str(tmp_path / "ck"))
+    assert info.returncode == 0, info.stderr
+    lines = info.stdout.splitlines()
+    assert "saved by serial on 1 rank(s)" in lines[1]
+    assert "model (module): 4 tensors, 58 elements" in lines
+    assert "  2.weight  float32  [2, 8]  64 B" in lines
+    assert "  state.0.weight.exp_avg  float32  [8, 4]  128 B" in lines
+    assert "epoch (value, int): 4" in lines
+    assert any(line.startswith("sched (stateful): {") for line in lines)
+    out = tmp_path / "whole" / "model.pt"
+    conv = _cli("convert", str(tmp_path / "ck"), str(out))
+    assert conv.returncode == 0, conv.stderr
+    whole = torch.load(out, weights_only=False)
+    assert sorted(whole) == ["epoch", "model", "optim", "sched"] and whole["epoch"] == 4
+    fresh, _, _ = _trained(seed=3, steps=0)
+    fresh.load_state_dict(whole["model"])
+    assert _same(fresh.state_dict(), model.state_dict())
+    missing = _cli("info", str(tmp_path / "nothing"))
+    assert missing.returncode == 2 and "idist: error: no checkpoint at" in missing.stderr
