@@ -3,23 +3,23 @@
 Run on 2 CPU processes (gloo), the same script runs serially with plain ``python``:
 
     .venv/bin/python -m torch.distributed.run --standalone --nproc_per_node 2 \\
-        examples/train_digits.py --epochs 3 --checkpoint /tmp/digits/ckpt.pt
-    # later: continue to epoch 6 from the checkpoint
-    ... examples/train_digits.py --epochs 6 --checkpoint /tmp/digits/ckpt.pt --resume
+        examples/train_digits.py --epochs 3 --checkpoint /tmp/digits/ckpt
+    # later: continue to epoch 6 from the checkpoint, on 3 processes (or 1: plain python)
+    ... --nproc_per_node 3 examples/train_digits.py --epochs 6 --checkpoint /tmp/digits/ckpt --resume
 
 Shows: ``auto_model`` / ``auto_optim`` / ``auto_dataloader`` (``--batch-size`` is the
 global batch), progress bars on rank 0 when its output is a terminal (in a log file or CI:
 one line per epoch, ``--progress`` overrides), per-epoch loss and accuracy reduced across
-ranks exactly, a checkpoint written atomically by rank 0 after every epoch, and resuming
-from it (the loader's epoch is restored, so a resumed run sees the same shuffles as an
-uninterrupted one and ends with the same weights).
+ranks exactly, ``save_checkpoint`` after every epoch (every rank writes its part; the
+folder is replaced atomically), and resuming from it with ``load_checkpoint`` on any number
+of processes (the loader's epoch is restored, so a resumed run sees the same shuffles as
+an uninterrupted one and ends with the same weights).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -42,21 +42,6 @@ def digits() -> tuple[TensorDataset, TensorDataset]:
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
     train, test = order[:1500], order[1500:]
     return TensorDataset(images[train], labels[train]), TensorDataset(images[test], labels[test])
-
-
-def save_atomically(state: dict[str, Any], path: Path) -> None:
-    """Write to a temporary file beside ``path``, then rename: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def show_bars(choice: str) -> bool:
@@ -92,9 +77,9 @@ def run_epoch(
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=64, help="the global batch (all ranks together)")
+    p.add_argument("--batch-size", type=int, default=96, help="the global batch (all ranks together)")
     p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--checkpoint", type=Path, default=Path(tempfile.gettempdir()) / "idist-digits" / "ckpt.pt")
+    p.add_argument("--checkpoint", type=Path, default=Path(tempfile.gettempdir()) / "idist-digits" / "ckpt")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--metrics-out", type=Path, help="rank 0 writes the per-epoch metrics here (JSON)")
     p.add_argument(
@@ -109,17 +94,14 @@ def main() -> None:
         train_set, test_set = digits()
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
-        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-        start = 0
-        if args.resume:
-            state = torch.load(args.checkpoint, map_location="cpu")
-            model.load_state_dict(state["model"])
-            opt.load_state_dict(state["optimizer"])
-            start = state["epoch"]
         model = ctx.auto_model(model)
-        opt = ctx.auto_optim(opt)
+        opt = ctx.auto_optim(torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9))
+        state = {"model": model, "optimizer": opt, "epoch": 0}
+        if args.resume:  # whatever number of processes saved it
+            ctx.load_checkpoint(args.checkpoint, state)
+        start = state["epoch"]
         train_loader = ctx.auto_dataloader(train_set, batch_size=args.batch_size, shuffle=True)
-        test_loader = ctx.auto_dataloader(test_set, batch_size=256)
+        test_loader = ctx.auto_dataloader(test_set, batch_size=300)
         train_loader.set_epoch(start)  # a resumed run continues the same sequence of shuffles
         if ctx.rank == 0:
             print(
@@ -136,11 +118,8 @@ def main() -> None:
                     f"epoch {epoch}: train loss {train_loss:.4f} acc {train_acc:.3f} | "
                     f"test loss {test_loss:.4f} acc {test_acc:.3f}"
                 )
-                inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
-                save_atomically(
-                    {"model": inner.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch}, args.checkpoint
-                )
-            ctx.barrier()  # the checkpoint exists for everyone before the next epoch
+            state["epoch"] = epoch
+            ctx.save_checkpoint(args.checkpoint, state)  # every rank; returns once it is published
         if ctx.rank == 0:
             print(f"checkpoint: {args.checkpoint}")
             if args.metrics_out is not None:

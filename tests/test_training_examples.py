@@ -1,7 +1,8 @@
 """The training examples run: 1 process, and 2 gloo ranks under torchrun.
 
-The digits example also proves resume: 3 epochs straight and 2 epochs + a resumed third
-end with the same weights (the loader's epoch is restored with the checkpoint).
+The digits example also proves resume: 3 epochs straight on 2 ranks, and 2 epochs on 2 ranks
+plus a third resumed on 3, end with the same weights (the loader's epoch is restored with
+the checkpoint, which does not depend on the world size that wrote it).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+import idist
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -62,25 +65,35 @@ def test_ignite_trainer_example_on_two_gloo_ranks() -> None:
     assert out.count("val accuracy") == 3  # printed by rank 0 only
 
 
+def _digits_weights(folder: Path) -> tuple[int, dict[str, torch.Tensor]]:
+    """The epoch and weights of a train_digits checkpoint, loaded into one plain process."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    with idist.context("serial") as ctx:
+        values = ctx.load_checkpoint(folder, {"model": model})
+    return values["epoch"], model.state_dict()
+
+
 @pytest.mark.timeout(600)
-def test_train_digits_trains_checkpoints_and_resumes(tmp_path: Path) -> None:
+def test_train_digits_trains_checkpoints_and_resumes_on_another_world_size(tmp_path: Path) -> None:
     script = str(EXAMPLES / "train_digits.py")
-    straight, split = tmp_path / "straight.pt", tmp_path / "split.pt"
+    straight, split = tmp_path / "straight", tmp_path / "split"
     metrics = tmp_path / "metrics.json"
     out = run([*TORCHRUN, script, "--epochs", "3", "--checkpoint", str(straight), "--metrics-out", str(metrics)])
-    assert "NativeContext world_size=2: global batch 64 (32 per rank)" in out
+    assert "NativeContext world_size=2: global batch 96 (48 per rank)" in out
     history = json.loads(metrics.read_text())
     assert [h["epoch"] for h in history] == [1, 2, 3]
     assert history[-1]["train_loss"] < history[0]["train_loss"] and history[-1]["test_acc"] > 0.85
     run([*TORCHRUN, script, "--epochs", "2", "--checkpoint", str(split)])
-    assert torch.load(split)["epoch"] == 2
-    resumed = run([*TORCHRUN, script, "--epochs", "3", "--checkpoint", str(split), "--resume"])
-    assert "epochs 3..3" in resumed and "epoch 1:" not in resumed
-    a, b = torch.load(straight), torch.load(split)
-    assert a["epoch"] == b["epoch"] == 3
-    for name, tensor in a["model"].items():
-        torch.testing.assert_close(b["model"][name], tensor, rtol=0, atol=1e-6)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json", "split.pt", "straight.pt"]  # no temp left
+    assert _digits_weights(split)[0] == 2
+    three = [*TORCHRUN[:-1], "3"]
+    resumed = run([*three, script, "--epochs", "3", "--checkpoint", str(split), "--resume"])
+    assert "NativeContext world_size=3: global batch 96 (32 per rank), epochs 3..3" in resumed
+    assert "epoch 1:" not in resumed
+    (ea, a), (eb, b) = _digits_weights(straight), _digits_weights(split)
+    assert ea == eb == 3
+    for name, tensor in a.items():
+        torch.testing.assert_close(b[name], tensor, rtol=0, atol=1e-5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json", "split", "straight"]  # no staging left
 
 
 def run_on_terminal(args: list[str], timeout: float = 120) -> str:
@@ -114,7 +127,7 @@ def run_on_terminal(args: list[str], timeout: float = 120) -> str:
 @pytest.mark.timeout(300)
 def test_train_digits_progress_suits_its_sink(tmp_path: Path) -> None:
     """Bars on a terminal; in a pipe (a log file, CI) one line per epoch and no bar."""
-    args = [sys.executable, str(EXAMPLES / "train_digits.py"), "--epochs", "2", "--checkpoint", str(tmp_path / "c.pt")]
+    args = [sys.executable, str(EXAMPLES / "train_digits.py"), "--epochs", "2", "--checkpoint", str(tmp_path / "c")]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     piped = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=True)
     assert [line.split(":")[0] for line in piped.stdout.splitlines() if line.startswith("epoch")] == [
@@ -125,3 +138,17 @@ def test_train_digits_progress_suits_its_sink(tmp_path: Path) -> None:
     shown = run_on_terminal([*args, "--epochs", "3", "--resume"])
     assert "\rtrain:" in shown and "\reval:" in shown  # bars redrawn in place
     assert "epoch 3:" in shown
+
+
+@pytest.mark.timeout(600)
+def test_train_fsdp_shards_under_idist_run_and_resumes_on_three_ranks(tmp_path: Path) -> None:
+    idist_run = [sys.executable, "-m", "idist", "run"]
+    common = [str(EXAMPLES / "train_fsdp.py"), "--checkpoint", str(tmp_path / "ck")]
+    out = run([*idist_run, "-n", "2", *common, "--epochs", "2"])
+    assert "[rank0]:NativeContext world_size=2: 134,212 parameters, FSDPSequential, epochs 1..2" in out
+    assert "[rank0]:rank 0: 67,106 parameters" in out and "[rank0]:rank 1: 67,106 parameters" in out
+    assert "[rank0]:OK: 2 rank(s)" in out
+    out = run([*idist_run, "-n", "3", *common, "--epochs", "3", "--resume"])
+    assert "epochs 3..3" in out and "[rank0]:OK: 3 rank(s)" in out
+    values = idist.load_checkpoint(tmp_path / "ck", {})  # the plain values alone
+    assert values["epoch"] == 3
