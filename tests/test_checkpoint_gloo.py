@@ -144,8 +144,10 @@ def _fault_rank(rank: int, folder: str) -> dict[str, Any]:
         FileSystemWriter.write_data = full_disk  # type: ignore[method-assign]
         out["full_disk"] = _outcome(lambda: idist.save_checkpoint(root / "ck", good))
         FileSystemWriter.write_data = real_write  # type: ignore[method-assign]
+        ctx.barrier()  # rank 0 removes the staging folder after every rank learned the save failed
         out["after"] = sorted(p.name for p in root.iterdir())
         out["local_disk"] = _outcome(lambda: idist.save_checkpoint(root / f"node{rank}" / "ck", good))
+        ctx.barrier()
         out["local_files"] = sorted(str(p.relative_to(root)) for p in root.glob("node*/**/*") if p.is_file())
         out["missing"] = _outcome(lambda: idist.load_checkpoint(root / "nothing", good))
         out["missing_here"] = _outcome(lambda: idist.load_checkpoint(root / ("ck" if rank == 0 else "nothing"), good))

@@ -7,7 +7,7 @@ compared by its global shape.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import MutableMapping
 from typing import cast
 
 import attrs
@@ -55,20 +55,14 @@ class Plan:
     partial: frozenset[str]
 
 
-def _stored_state(stored: Mapping[str, object], name: str) -> bool:
-    return any(k.startswith(f"{name}.state.") for k in stored)
-
-
-def compare(target: dict[str, TensorState], optimizers: set[str], metadata: Metadata, plain_missing: list[str]) -> Plan:
+def compare(target: dict[str, TensorState], owners: dict[str, str], metadata: Metadata, absent: list[str]) -> Plan:
     """The plan for loading ``target`` (entries by name) from a checkpoint with ``metadata``.
 
-    An optimizer saved before its first step has no state in the checkpoint: its state is
-    then not expected (the load leaves the optimizer fresh).
+    ``owners`` maps each optimizer entry to the module entry holding its parameters: an
+    optimizer is left out whole when any of its keys or of its module's is skipped.
+    ``absent`` names plain values and stateful objects the checkpoint lacks.
     """
     stored = metadata.state_dict_metadata
-    for name in optimizers:
-        if name in target and not _stored_state(stored, name):
-            target[name]["state"] = {}
     flat, mapping = flatten_state_dict(dict(target))
     missing = [k for k in flat if k not in stored]
     # entries the state does not name are left in the checkpoint (load a model without its optimizer)
@@ -85,11 +79,12 @@ def compare(target: dict[str, TensorState], optimizers: set[str], metadata: Meta
             if tuple(value.shape) != tuple(meta.size):
                 mismatched.append(f"{key}: checkpoint {list(meta.size)}, state {list(value.shape)}")
     bad = set(missing) | {m.split(":", 1)[0] for m in mismatched}
-    drop_entries = frozenset(n for n in optimizers if any(k.split(".", 1)[0] == n for k in bad))
+    touched = {k.split(".", 1)[0] for k in bad | set(unexpected)}
+    drop_entries = frozenset(n for n, module in owners.items() if n in touched or module in touched)
     drop = {k: mapping[k] for k in bad if k.split(".", 1)[0] not in drop_entries}
-    partial = frozenset(k.split(".", 1)[0] for k in drop)
-    skipped = Skipped(tuple(missing + plain_missing), tuple(unexpected), tuple(mismatched))
-    return Plan(skipped, drop, drop_entries, partial)
+    partial = frozenset(k.split(".", 1)[0] for k in drop) | frozenset(k.split(".", 1)[0] for k in unexpected)
+    skipped = Skipped(tuple(missing + absent), tuple(unexpected), tuple(mismatched))
+    return Plan(skipped, drop, drop_entries, partial - drop_entries)
 
 
 def without(target: dict[str, TensorState], plan: Plan) -> dict[str, TensorState]:

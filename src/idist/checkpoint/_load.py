@@ -21,7 +21,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 
 from .._errors import CheckpointMismatchError
-from . import _compare, _dcp, _files, _state
+from . import _compare, _dcp, _files, _state, _targets
 from ._compare import Skipped
 from ._settle import Failure, settle
 
@@ -55,41 +55,34 @@ def load(ctx: DistContext, path: str | os.PathLike[str], state: Mapping[str, obj
     folder = Path(os.path.abspath(path))
     what = f"loading checkpoint {folder}"
     error: Failure = None
-    fresh: dict[str, torch.optim.Optimizer] = {}
     try:
         _files.check_readable(folder)
         entries = _state.classify(state)
-        fresh = {name: opt for name, (opt, _) in entries.optimizers.items() if not opt.state}
         metadata = FileSystemReader(folder).read_metadata()
         values, stateful = read_values(folder)
         absent = [k for k in entries.values if k not in values] + [k for k in entries.stateful if k not in stateful]
-        target = _state.tensor_state(entries, keep_fresh=True)
-        plan = _compare.compare(target, set(entries.optimizers), metadata, absent)
+        target = _targets.to_load(entries, metadata)
+        module_of = {id(m): name for name, m in entries.modules.items()}
+        owners = {name: module_of[id(owner)] for name, (_, owner) in entries.optimizers.items()}
+        plan = _compare.compare(target, owners, metadata, absent)
         if strict and plan.skipped:
             raise CheckpointMismatchError(
                 f"the state and the checkpoint differ ({plan.skipped.describe()}); fix the state, or pass "
                 "strict=False to load what matches"
             )
-        target = _state.scratch(_compare.without(target, plan))
+        target = _compare.without(target, plan)
     except Exception as exc:
         error = exc
-    try:
-        settle(ctx, what, error)
-        error = None
-        try:
-            _dcp.read(target, folder, ctx._dcp_group())
-        except (Exception, CheckpointException) as exc:
-            error = exc
-        settle(ctx, what, error)
-    except BaseException:
-        for opt in fresh.values():
-            opt.state.clear()  # torch filled it to know the shapes; the load did not happen
-        raise
+    settle(ctx, what, error)
     error = None
     try:
-        _state.apply(entries, target, set(plan.partial))
-        for name in plan.drop_entries & fresh.keys():
-            fresh[name].state.clear()  # (as above) left out of a strict=False load
+        _dcp.read(target, folder, ctx._dcp_group())
+    except (Exception, CheckpointException) as exc:
+        error = exc
+    settle(ctx, what, error)
+    error = None
+    try:
+        _targets.apply(entries, target, set(plan.partial))
         for name, obj in entries.stateful.items():
             if name in stateful:
                 obj.load_state_dict(stateful[name])

@@ -19,7 +19,7 @@ import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
 from .._errors import CheckpointStateError
-from . import _dcp, _files, _state
+from . import _dcp, _files, _state, _targets
 from ._settle import Failure, settle
 
 if TYPE_CHECKING:
@@ -56,8 +56,8 @@ def save(ctx: DistContext, path: str | os.PathLike[str], state: Mapping[str, obj
     error: Failure = None
     try:
         entries = _state.classify(state)
-        tensors = _state.for_writing(_state.tensor_state(entries, keep_fresh=False))
-        sharded = _state.has_shards(tensors)
+        tensors = _targets.saved(entries)
+        sharded = _targets.has_shards(tensors)
         if sharded and group is None:
             raise CheckpointStateError(
                 f"the state holds sharded tensors (FSDP) but this {type(ctx).__name__} has no torch process group "

@@ -1,31 +1,21 @@
-"""What a checkpoint's ``state`` holds, and how each kind becomes DCP state and back.
+"""What a checkpoint's ``state`` holds: the entries sorted by kind, and the pickled part.
 
-Modules (plain, DDP- or FSDP-wrapped) and optimizers go through
-``torch.distributed.checkpoint.state_dict``, whose keys do not depend on the wrapper, the
-world size or the sharding. An optimizer is saved with the module whose parameters it
-updates. *Stateful* objects (``state_dict()`` and ``load_state_dict()``: LR schedulers,
-GradScaler) and plain values are pickled beside the DCP files by rank 0.
+Modules (plain, DDP- or FSDP-wrapped) and optimizers become DCP state (``_targets``); an
+optimizer goes with the module whose parameters it updates. *Stateful* objects
+(``state_dict()`` and ``load_state_dict()``: LR schedulers, GradScaler) and plain values
+are pickled beside the DCP files by rank 0.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Mapping
-from typing import Any, Literal, Protocol, TypeAlias, cast, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 import torch
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
-from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
-from torch.utils._pytree import tree_map_only
 
 from .._errors import CheckpointStateError
 
@@ -98,72 +88,6 @@ def classify(state: Mapping[str, object]) -> Entries:
             values[name] = obj
     paired = {name: (opt, _owner(name, opt, modules)) for name, opt in optimizers.items()}
     return Entries(modules, paired, stateful, values)
-
-
-def tensor_state(entries: Entries, *, keep_fresh: bool) -> dict[str, TensorState]:
-    """Each module's and optimizer's DCP state dict (tensors alias the live ones).
-
-    torch fills a fresh optimizer's state with a zero step first. For a save
-    (``keep_fresh=False``) that is undone and the optimizer is saved without state, so a
-    checkpoint taken before the first step resumes exactly like a fresh optimizer.
-    """
-    out: dict[str, TensorState] = {name: dict(get_model_state_dict(m)) for name, m in entries.modules.items()}
-    for name, (opt, owner) in entries.optimizers.items():
-        fresh = not opt.state
-        osd: TensorState = dict(get_optimizer_state_dict(owner, opt))
-        if fresh and not keep_fresh:
-            opt.state.clear()
-            osd["state"] = {}
-        out[name] = osd
-    return out
-
-
-def has_shards(state: Mapping[str, object]) -> bool:
-    found = False
-
-    def see(t: torch.Tensor) -> torch.Tensor:
-        nonlocal found
-        found = found or isinstance(t, DTensor)
-        return t
-
-    tree_map_only(torch.Tensor, see, dict(state))
-    return found
-
-
-def _host_only(t: torch.Tensor) -> bool:
-    """Devices torch.distributed.checkpoint cannot write from or read into (XLA): staged on the CPU."""
-    return not isinstance(t, DTensor) and t.device.type not in ("cpu", "cuda", "meta")
-
-
-def for_writing(state: dict[str, TensorState]) -> dict[str, TensorState]:
-    """``state`` with tensors on devices DCP cannot write from copied to the CPU."""
-    return cast("dict[str, TensorState]", tree_map_only(torch.Tensor, lambda t: t.cpu() if _host_only(t) else t, state))
-
-
-def scratch(state: dict[str, TensorState]) -> dict[str, TensorState]:
-    """``state`` with every tensor replaced by an uninitialized one of its shape (DTensor: same sharding).
-
-    A load reads into these, so nothing live changes until every rank has read everything.
-    """
-
-    def empty(t: torch.Tensor) -> torch.Tensor:
-        return torch.empty_like(t, device="cpu") if _host_only(t) else torch.empty_like(t)
-
-    return cast("dict[str, TensorState]", tree_map_only(torch.Tensor, empty, state))
-
-
-def apply(entries: Entries, loaded: Mapping[str, TensorState], partial: set[str]) -> None:
-    """Copy what was read into the modules and optimizers; ``partial`` names modules loaded in part."""
-    for name, module in entries.modules.items():
-        if name in loaded:
-            options = StateDictOptions(strict=name not in partial)
-            set_model_state_dict(module, dict(loaded[name]), options=options)
-    for name, (opt, owner) in entries.optimizers.items():
-        if name in loaded:
-            osd = dict(loaded[name])
-            set_optimizer_state_dict(owner, opt, osd)
-            if not osd.get("state"):
-                opt.state.clear()  # saved before its first step: fresh again
 
 
 def pickled(entries: Entries) -> bytes:
