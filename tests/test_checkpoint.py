@@ -85,6 +85,7 @@ def test_a_second_save_replaces_the_first_whole(tmp_path: Path, monkeypatch: pyt
         fresh, _, _ = _trained(seed=3, steps=0)
         assert idist.load_checkpoint(tmp_path / "ck", {"model": fresh})["step"] == 2
         assert _same(fresh.state_dict(), other.state_dict())
+        _files.wait_removals()  # the replaced checkpoint is removed in the background
         assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
 
 

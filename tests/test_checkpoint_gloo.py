@@ -27,6 +27,7 @@ from idist import (
     CheckpointPathError,
     CheckpointStateError,
 )
+from idist.checkpoint import _files
 from multiproc import run_ranks
 from sharding_cases import Net, assert_close, full_state, make, run_epochs
 
@@ -255,4 +256,5 @@ def test_sigkill_of_one_rank_mid_save_leaves_the_previous_checkpoint_loadable(tm
         fresh = make(ctx, "ddp")
         assert state["epoch"] == 1 and full_state(model, opt) == full_state(*fresh)
         ctx.save_checkpoint(tmp_path / "ck", state)
+    _files.wait_removals()  # the replaced checkpoint is removed in the background
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]

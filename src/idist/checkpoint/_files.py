@@ -13,6 +13,7 @@ import ctypes
 import errno
 import os
 import shutil
+import threading
 from pathlib import Path
 
 from .._errors import CheckpointNotFoundError, CheckpointPathError
@@ -56,7 +57,7 @@ def fresh_staging(path: Path, nonce: str) -> Path:
     if path.exists():  # else a previous checkpoint set aside by an interrupted save may be all there is
         remove(set_aside(path))
     tmp.mkdir()
-    write_synced(tmp / PROBE, nonce.encode())
+    (tmp / PROBE).write_bytes(nonce.encode())  # other ranks read it through the filesystem: no fsync needed
     return tmp
 
 
@@ -108,18 +109,40 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def publish(tmp: Path, path: Path) -> None:
-    """Make the staged checkpoint ``path`` in one rename; the one it replaces is removed."""
+    """Make the staged checkpoint ``path`` in one rename; the one it replaces is removed in the
+    background (``wait_removals``), so that unlinking its files costs the caller nothing."""
     (tmp / PROBE).unlink(missing_ok=True)
     fsync_dir(tmp)
     if not path.exists() and not path.is_symlink():
         os.rename(tmp, path)
+        old = None
     elif _exchange(tmp, path):
-        remove(tmp)  # now the previous checkpoint
+        old = tmp  # now the previous checkpoint
     else:
-        os.rename(path, set_aside(path))
+        old = set_aside(path)
+        os.rename(path, old)
         os.rename(tmp, path)
-    remove(set_aside(path))
     fsync_dir(path.parent)
+    if old is not None:
+        _removing.append(threading.Thread(target=_remove_quietly, args=(old,), name="idist-checkpoint-removal"))
+        _removing[-1].start()
+
+
+#: removals of replaced checkpoints still running (threads the interpreter joins at exit)
+_removing: list[threading.Thread] = []
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        remove(path)
+    except OSError:
+        pass  # the next save of that path removes what is left
+
+
+def wait_removals() -> None:
+    """Wait until every replaced checkpoint is gone (a save reuses their names)."""
+    while _removing:
+        _removing.pop().join()
 
 
 def check_readable(path: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,7 @@ def save(ctx: DistContext, path: str | os.PathLike[str], state: Mapping[str, obj
     target = Path(os.path.abspath(path))
     what = f"saving checkpoint {target}"
     lead = ctx.rank == 0
+    _files.wait_removals()  # a replaced checkpoint of an earlier save may still hold the staging name
     nonce: str = ctx.broadcast(secrets.token_hex(16) if lead else None, 0)
     group = ctx._dcp_group()
     tmp = _files.staging(target)
@@ -73,10 +75,11 @@ def save(ctx: DistContext, path: str | os.PathLike[str], state: Mapping[str, obj
         _step(ctx, f"{what}: the staging folder", lambda: _files.check_probe(tmp, nonce))
 
         def write() -> None:
-            _dcp.write(tensors, tmp, group, lead)
-            if lead:
-                _files.write_synced(tmp / _files.VALUES, values)
-                _files.write_synced(tmp / _files.MANIFEST, manifest(ctx, entries, sharded))
+            beside = [(tmp / _files.VALUES, values), (tmp / _files.MANIFEST, manifest(ctx, entries, sharded))]
+            with ThreadPoolExecutor(1) as pool:  # rank 0's small files reach the disk while DCP writes
+                done = pool.submit(lambda: [_files.write_synced(p, data) for p, data in beside] if lead else None)
+                _dcp.write(tensors, tmp, group, lead)
+                done.result()
 
         _step(ctx, what, write)
         _step(ctx, f"{what}: publishing", lambda: _files.publish(tmp, target) if lead else None)
