@@ -16,6 +16,7 @@ from types import ModuleType
 import pytest
 
 import idist
+import idist.checkpoint
 import idist.launch
 import idist.testing
 import idist.training
@@ -107,7 +108,13 @@ def _reference_members(page: str) -> set[str] | None:
 
 @pytest.mark.parametrize(
     ("module", "page"),
-    [(idist, "idist.md"), (idist.launch, "launch.md"), (idist.training, "training.md"), (idist.testing, "testing.md")],
+    [
+        (idist, "idist.md"),
+        (idist.launch, "launch.md"),
+        (idist.training, "training.md"),
+        (idist.testing, "testing.md"),
+        (idist.checkpoint, "checkpoint.md"),
+    ],
     ids=lambda v: v if isinstance(v, str) else v.__name__,
 )
 def test_the_api_reference_covers_every_public_name(module: ModuleType, page: str) -> None:
