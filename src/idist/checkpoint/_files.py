@@ -124,12 +124,16 @@ def publish(tmp: Path, path: Path) -> None:
         os.rename(tmp, path)
     fsync_dir(path.parent)
     if old is not None:
-        _removing.append(threading.Thread(target=_remove_quietly, args=(old,), name="idist-checkpoint-removal"))
-        _removing[-1].start()
+        removal = threading.Thread(target=_remove_quietly, args=(old,), name="idist-checkpoint-removal")
+        with _removals_lock:
+            _removing.append(removal)
+        removal.start()
 
 
 #: removals of replaced checkpoints still running (threads the interpreter joins at exit)
 _removing: list[threading.Thread] = []
+#: simulated ranks (threads) save at once: one of them waits for the removals, the others for it
+_removals_lock = threading.Lock()
 
 
 def _remove_quietly(path: Path) -> None:
@@ -141,8 +145,10 @@ def _remove_quietly(path: Path) -> None:
 
 def wait_removals() -> None:
     """Wait until every replaced checkpoint is gone (a save reuses their names)."""
-    while _removing:
-        _removing.pop().join()
+    with _removals_lock:
+        for removal in _removing:
+            removal.join()
+        _removing.clear()
 
 
 def check_readable(path: Path) -> None:

@@ -74,10 +74,14 @@ def save(ctx: DistContext, path: str | os.PathLike[str], state: Mapping[str, obj
         settle(ctx, what, error)
         _step(ctx, f"{what}: the staging folder", lambda: _files.check_probe(tmp, nonce))
 
+        def beside() -> None:
+            if lead:
+                _files.write_synced(tmp / _files.VALUES, values)
+                _files.write_synced(tmp / _files.MANIFEST, manifest(ctx, entries, sharded))
+
         def write() -> None:
-            beside = [(tmp / _files.VALUES, values), (tmp / _files.MANIFEST, manifest(ctx, entries, sharded))]
             with ThreadPoolExecutor(1) as pool:  # rank 0's small files reach the disk while DCP writes
-                done = pool.submit(lambda: [_files.write_synced(p, data) for p, data in beside] if lead else None)
+                done = pool.submit(beside)
                 _dcp.write(tensors, tmp, group, lead)
                 done.result()
 
