@@ -8,6 +8,7 @@ one that forgets a hook. Design notes: docs/design.md.
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
@@ -43,7 +44,11 @@ class ContextState(Generic[CommT]):
     """The only mutable part of a context: lifecycle and comms (with their caches)."""
 
     world: CommT
+    #: comms of subgroups given as global ranks (a list, a ``Group``), by their rank tuple
     comms: dict[tuple[int, ...], CommT | None] = attrs.Factory(dict)
+    #: comms of the backend's own group objects (``_native_group_comm``), keyed by the object
+    #: itself, never by its ``id()``, which a later group may reuse once this one is gone
+    group_comms: weakref.WeakKeyDictionary[object, CommT | None] = attrs.Factory(weakref.WeakKeyDictionary)
     on_close: list[Callable[[], None]] = attrs.Factory(list)
     closed: bool = False
     #: set by the context that owns this state; a second one (``attrs.evolve``) is refused
