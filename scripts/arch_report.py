@@ -25,7 +25,15 @@ SRC = ROOT / "src"
 MAX_LINES = 300
 MAX_DOC_LINES = 12
 MAX_IGNORES = 10
-HOOKS = {"_make_comm", "_native_group_comm", "_allreduce_tensor", "_broadcast_tensor", "_barrier", "_checkpoint"}
+HOOKS = {
+    "_make_comm",
+    "_native_group_comm",
+    "_allreduce_tensor",
+    "_broadcast_tensor",
+    "_barrier",
+    "_checkpoint",
+    "_stand_by",
+}
 
 
 def module_name(path: Path) -> str:
