@@ -16,8 +16,8 @@ def raw(local_rank: int, world_size: int, port: int) -> None:
     dist.destroy_process_group()
 
 
-def idist_seed(local_rank: int) -> None:
-    """idist.spawn's seed form: a plain initialize() inside the function."""
+def idist_mp_form(local_rank: int) -> None:
+    """idist.spawn in torch.multiprocessing's form: a plain initialize() inside the function."""
     import idist
 
     ctx = idist.initialize()

@@ -48,7 +48,7 @@ def run_raw() -> None:
 
 
 def run_idist() -> None:
-    idist.spawn(workers.idist_seed, nprocs=WORLD)
+    idist.spawn(workers.idist_mp_form, nprocs=WORLD)
 
 
 def run_ignite() -> None:

@@ -1,4 +1,4 @@
-"""The seed's "Basic Distributed Training Setup", with idist: one script, any launcher.
+"""Basic distributed training setup with idist: one script, any launcher.
 
 Run as one process (``python examples/basic_setup.py``), or under torchrun / ``idist run``
 with several: ``idist.initialize()`` reads the launcher's environment, and the three

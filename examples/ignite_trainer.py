@@ -1,4 +1,4 @@
-"""pytorch-ignite's Engine driven by idist, as in the seed's usage examples.
+"""pytorch-ignite's Engine driven by idist: ignite runs the loops, idist the distribution.
 
     .venv/bin/python -m torch.distributed.run --standalone --nproc_per_node 2 examples/ignite_trainer.py
 

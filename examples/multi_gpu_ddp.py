@@ -1,4 +1,4 @@
-"""The seed's "Multi-GPU Training with DDP", with idist; runs as 2 gloo ranks on CPU too.
+"""Multi-GPU training with DDP, with idist; runs as 2 gloo ranks on CPU too.
 
     .venv/bin/python -m torch.distributed.run --standalone --nproc_per_node 2 examples/multi_gpu_ddp.py
 

@@ -2,11 +2,13 @@
 
     python scripts/arch_report.py [--no-duplicates]   # print the figures; exit 1 if a limit is broken
 
-Limits (see docs/design.md): no runtime import cycle among idist's modules; no module over
-300 lines; module docstrings of at most 12 lines; at most 10 ``type: ignore`` in src, each
-with its reason after it; every function-local import says why on its line; no ``Any`` in
-the signature of a backend hook. ``duplicates`` (a tool of the development machine, when it
-is there) is run over the tree and its count printed.
+Limits (see docs/design.md): no import cycle among idist's modules, counting the imports
+inside functions (only TYPE_CHECKING imports are left out); no module over 300 lines;
+module docstrings of at most 12 lines; at most 10 ``type: ignore`` in src, each with its
+reason after it; every function-local import says why on its line; no ``Any`` in the
+signature of a backend hook. Lines with ``# fmt: skip`` and lines naming ``Any`` in src are
+counted, not limited. ``duplicates`` (a tool of the development machine, when it is there)
+is run over the tree and its count printed.
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ SRC = ROOT / "src"
 MAX_LINES = 300
 MAX_DOC_LINES = 12
 MAX_IGNORES = 10
-HOOKS = {"_make_comm", "_native_group_comm", "_allreduce_tensor", "_broadcast_tensor", "_barrier", "_checkpoint"}
+HOOKS = {
+    "_make_comm",
+    "_native_group_comm",
+    "_allreduce_tensor",
+    "_broadcast_tensor",
+    "_barrier",
+    "_checkpoint",
+    "_stand_by",
+}
 
 
 def module_name(path: Path) -> str:
@@ -40,17 +50,21 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _top_level_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Imports that run when the module is imported (not under TYPE_CHECKING, not in functions)."""
-    todo: list[ast.stmt] = list(tree.body)
+def runtime_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Imports that can run: at module level and inside functions, not under TYPE_CHECKING.
+
+    A function-local import still makes one module need another once the function runs, so
+    an import cycle through one is a cycle all the same (only postponed).
+    """
+    todo: list[ast.AST] = [tree]
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        elif isinstance(node, ast.If) and not _is_type_checking(node):
-            todo += node.body + node.orelse
-        elif isinstance(node, ast.Try):
-            todo += node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body]
+        elif isinstance(node, ast.If) and _is_type_checking(node):
+            todo += node.orelse
+        else:
+            todo += ast.iter_child_nodes(node)
 
 
 def _resolve(mod: str, is_pkg: bool, node: ast.ImportFrom) -> str:
@@ -65,7 +79,7 @@ def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for mod, path in modules.items():
         tree = ast.parse(path.read_text())
-        for node in _top_level_imports(tree):
+        for node in runtime_imports(tree):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             else:
@@ -122,6 +136,24 @@ def local_imports(tree: ast.Module, lines: list[str]) -> Iterator[tuple[int, boo
                     yield node.lineno, "#" in lines[node.lineno - 1]
 
 
+def _is_any(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "Any") or (isinstance(node, ast.Attribute) and node.attr == "Any")
+
+
+def _names_any(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and "Any" in node.value:
+        try:  # a forward reference: cast("Dataset[Any]", x)
+            return any(_is_any(n) for n in ast.walk(ast.parse(node.value, mode="eval")))
+        except SyntaxError:
+            return False
+    return _is_any(node)
+
+
+def any_lines(tree: ast.Module) -> set[int]:
+    """Lines whose code names ``Any`` (annotations, casts, bounds; not imports, comments or prose)."""
+    return {node.lineno for node in ast.walk(tree) if _names_any(node)}
+
+
 def hook_anys(tree: ast.Module) -> Iterator[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and node.name in HOOKS:
@@ -148,7 +180,7 @@ def main() -> int:
     modules = {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
     problems: list[str] = []
     found = cycles(import_graph(modules))
-    print(f"modules: {len(modules)}; runtime import cycles: {len(found)}")
+    print(f"modules: {len(modules)}; import cycles (function-local imports counted): {len(found)}")
     problems += [f"import cycle: {' <-> '.join(c)}" for c in found]
     ignores = fmt_skips = anys = 0
     sizes: list[tuple[int, str]] = []
@@ -169,12 +201,14 @@ def main() -> int:
                 if "#" not in line.split("# type: ignore", 1)[1]:
                     problems.append(f"{rel}:{n}: type: ignore without its reason")
             fmt_skips += "# fmt: skip" in line
-        anys += sum(1 for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id == "Any")
+        anys += len(any_lines(tree))
         problems += [
             f"{rel}:{n}: function-local import without a reason" for n, ok in local_imports(tree, lines) if not ok
         ]
         problems += [f"{rel}:{n}: Any in the signature of hook {name}" for n, name in hook_anys(tree)]
-    print(f"type: ignore in src: {ignores} (limit {MAX_IGNORES}); fmt: skip: {fmt_skips}; Any names: {anys}")
+    print(f"type: ignore in src: {ignores} (limit {MAX_IGNORES})")
+    # reported, not yet limited: the next reductions are measured against these
+    print(f"lines with '# fmt: skip' in src: {fmt_skips}; lines naming Any in src: {anys}")
     if ignores > MAX_IGNORES:
         problems.append(f"{ignores} type: ignore in src (limit {MAX_IGNORES})")
     print("largest modules: " + ", ".join(f"{p} {n}" for n, p in sorted(sizes, reverse=True)[:5]))

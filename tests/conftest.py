@@ -28,6 +28,7 @@ SLOW_MODULES = {
     "test_launch_parallel.py",
     "test_launch_spawn.py",
     "test_launchers_real.py",
+    "test_native_groups.py",
     "test_torchrun.py",
     "test_training_examples.py",
     "test_training_gloo.py",

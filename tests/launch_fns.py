@@ -15,7 +15,7 @@ LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RA
 
 
 def report(local_rank: int, tag: str = "") -> dict[str, Any]:
-    """Seed form: a plain initialize() inside fn joins the world the parent set up."""
+    """torch.multiprocessing's form of spawn: a plain initialize() inside fn joins the world the parent set up."""
     env = {k: os.environ.get(k) for k in LAUNCH_VARS}
     env["MASTER_PORT"] = os.environ.get("MASTER_PORT")
     ctx = idist.initialize()
@@ -101,7 +101,7 @@ def raise_in_context(local_rank: int, bad_rank: int) -> None:
 
 def listeners(local_rank: int, initialize: bool = True) -> list[str]:
     """The local addresses this rank listens on (``ss``), once the group is up (``initialize``:
-    the seed form, else the context is already there: ignite's form, Parallel)."""
+    spawn's torch.multiprocessing form, else the context is already there: ignite's form, Parallel)."""
     import subprocess
 
     if initialize:

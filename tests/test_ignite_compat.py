@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, Sampler, WeightedRandomSampler
+from torch.utils.data import DataLoader, DistributedSampler, Sampler, SequentialSampler, WeightedRandomSampler
 
 import idist
 from idist.testing import simulate
@@ -133,6 +133,22 @@ def test_distributed_proxy_sampler_shards_the_samplers_draw() -> None:
             shards.append(list(p))
         assert sorted(i for s in shards for i in s) == sorted(drawn)
         assert shards[1] == drawn[1::4]
+
+
+def _proxy_defaults(ctx: idist.NativeContext) -> list[tuple[int, int, list[int]]]:
+    sampler = SequentialSampler(range(10))
+    both = idist.DistributedProxySampler(sampler)  # ignite: num_replicas=None, rank=None
+    rank_only = idist.DistributedProxySampler(sampler, num_replicas=5)
+    replicas_only = idist.DistributedProxySampler(sampler, rank=0)
+    return [(p.num_replicas, p.rank, list(p)) for p in (both, rank_only, replicas_only)]
+
+
+def test_distributed_proxy_sampler_takes_what_is_left_out_from_the_current_context() -> None:
+    for rank, got in enumerate(simulate(3, _proxy_defaults)):
+        assert got == [(3, rank, list(range(rank, 10, 3))), (5, rank, list(range(rank, 10, 5))), (3, 0, [0, 3, 6, 9])]
+    # no distributed context: the serial one, a single replica that takes everything
+    serial = idist.DistributedProxySampler(SequentialSampler(range(4)))
+    assert (serial.num_replicas, serial.rank, list(serial)) == (1, 0, [0, 1, 2, 3])
 
 
 @pytest.mark.parametrize("bad", [None, Sampler(), DistributedSampler(list(range(4)), num_replicas=2, rank=0)])

@@ -22,13 +22,13 @@ from launch_util import SCRIPTS, alive, clean_env, wait_gone, wait_markers
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_seed_form_sets_the_launcher_variables_and_initialize_just_works() -> None:
-    out = idist.spawn(launch_fns.report, args=("seed",), nprocs=2)
+def test_torch_mp_form_sets_the_launcher_variables_and_initialize_just_works() -> None:
+    out = idist.spawn(launch_fns.report, args=("mp",), nprocs=2)
     assert [r["rank"] for r in out] == [0, 1]
     ports = {r["env"]["MASTER_PORT"] for r in out}
     assert len(ports) == 1 and int(ports.pop()) > 0
     for local, r in enumerate(out):
-        assert r["tag"] == "seed" and r["local_rank_arg"] == local
+        assert r["tag"] == "mp" and r["local_rank_arg"] == local
         assert r["env"] == {
             "RANK": str(local), "LOCAL_RANK": str(local), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
             "GROUP_RANK": "0", "NNODES": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": r["env"]["MASTER_PORT"],
@@ -45,6 +45,16 @@ def test_ignite_form_initializes_around_fn_with_kwargs_dict() -> None:
         {"local_rank_arg": k, "rank": k, "world_size": 2, "backend": "gloo", "model": "native-dist", "value": 12}
         for k in range(2)
     ]
+
+
+def test_both_forms_take_every_argument_by_keyword() -> None:
+    # spawn picks the form by its first argument, positional or not: fn= or backend=
+    mp = idist.spawn(fn=launch_fns.report, args=("kw",), nprocs=2)
+    assert [(r["rank"], r["tag"], r["local_rank_arg"]) for r in mp] == [(0, "kw", 0), (1, "kw", 1)]
+    ignite = idist.spawn(
+        backend="gloo", fn=launch_fns.ignite_style, args=(1,), kwargs_dict={"b": 2, "c": 3}, nproc_per_node=2
+    )
+    assert [(r["rank"], r["backend"], r["value"]) for r in ignite] == [(0, "gloo", 12), (1, "gloo", 12)]
 
 
 def test_parent_launcher_variables_do_not_leak_into_ranks(monkeypatch: pytest.MonkeyPatch) -> None:

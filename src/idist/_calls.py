@@ -160,6 +160,6 @@ def auto_dataloader(
 ) -> AutoDataLoader[Any]:
     """``current().auto_dataloader(data, **kwargs)``: this rank's share; ``batch_size`` is global.
 
-    The data goes positionally, as ``dataset=`` (ignite) or as ``dataloader=`` (the seed).
+    The data goes positionally, as ``dataset=`` (ignite's name) or as ``dataloader=`` (a DataLoader).
     """
     return current().auto_dataloader(_settings.the_data(data, dataset, dataloader), **kwargs)

@@ -13,6 +13,7 @@ import pickle
 import struct
 from pathlib import Path, PurePath
 
+import attrs
 import torch
 
 from ._errors import CODE_OF, ERROR_CODES, IdistError, UnsupportedValueError
@@ -73,6 +74,23 @@ def tensor_header(t: torch.Tensor) -> Frame:
     return Frame(head(Tag.TENSOR, 0, _tensor_code(t), tuple(t.shape)), b"")
 
 
+@attrs.frozen
+class ReduceHeader:
+    """What a rank announces before it reduces a tensor: the op, the tensor's dtype and shape."""
+
+    op: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.op} of {self.dtype} {list(self.shape)}"
+
+
+def reduce_header(op: str, t: torch.Tensor) -> Frame:
+    """``ReduceHeader(op, t.dtype, t.shape)`` as a frame; equal headers are equal bytes."""
+    return Frame(head(Tag.REDUCE, len(op), _tensor_code(t), tuple(t.shape)), op.encode("ascii"))
+
+
 def encode(value: object, *, allow_pickle: bool = True) -> Frame:
     """Encode ``value``; raises ``UnsupportedValueError`` for a type that cannot move."""
     if isinstance(value, torch.Tensor):
@@ -114,9 +132,9 @@ def encode_error(exc: IdistError) -> Frame:
     return _raw(Tag.ERROR, str(exc).encode("utf-8", "replace"), code)
 
 
-_NONE, _BOOL, _INT, _FLOAT, _STR, _BYTES, _PATH, _TENSOR, _PICKLE, _ERROR = (
+_NONE, _BOOL, _INT, _FLOAT, _STR, _BYTES, _PATH, _TENSOR, _PICKLE, _REDUCE = (
     int(Tag.NONE), int(Tag.BOOL), int(Tag.INT), int(Tag.FLOAT), int(Tag.STR),
-    int(Tag.BYTES), int(Tag.PATH), int(Tag.TENSOR), int(Tag.PICKLE), int(Tag.ERROR),
+    int(Tag.BYTES), int(Tag.PATH), int(Tag.TENSOR), int(Tag.PICKLE), int(Tag.REDUCE),
 )  # fmt: skip
 
 
@@ -161,5 +179,7 @@ def decode(buf: torch.Tensor) -> object:
         return Path(os.fsdecode(raw))
     if tag == _PICKLE:
         return pickle.loads(raw)
+    if tag == _REDUCE:
+        return ReduceHeader(raw.decode("ascii"), DTYPES[code], shape)
     Tag(tag)  # an unknown tag raises ValueError here
     return ERROR_CODES.get(code, UnsupportedValueError)(raw.decode("utf-8", "replace"))

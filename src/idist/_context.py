@@ -17,7 +17,6 @@ import torch
 
 from . import _collectives, _rank_only
 from ._core import CommT
-from ._errors import IdistError
 from ._group import Group, check_ranks
 from ._log import visible_logger
 from ._training_api import TrainingMethods
@@ -136,23 +135,11 @@ class DistContext(TrainingMethods[CommT]):
         """
         return self._all_reduce(tensor, op, group)
 
-    def _enter(self, group: GroupArg) -> tuple[CommT | None, IdistError | None]:
-        """The comm of ``group`` (None: not a member); for a bad group, the world's and the error."""
-        self._check_open()
-        if group is None:
-            return self._state.world, None
-        try:
-            return self._comm(group), None
-        except IdistError as exc:
-            return self._state.world, exc
-
     def _all_reduce(self, x: object, op: str, group: GroupArg) -> object:
         comm, error = self._enter(group)
-        name, error = _collectives.checked_op(self, comm is not None, x, op, error)
-        if comm is None:  # not a member: nobody waits for this rank
-            if error is not None:
-                raise error
-            return x
+        if comm is None or comm.group_rank < 0:  # nobody waits for this rank, unless it is a bystander
+            return self._outside(comm, "all_reduce", x, _collectives.checked_op(self, False, x, op, error)[1])
+        name, error = _collectives.checked_op(self, True, x, op, error)
         self._checkpoint(comm, "all_reduce", name, value=x, error=error)
         return _collectives.all_reduce(self, comm, x, name)
 
@@ -171,8 +158,8 @@ class DistContext(TrainingMethods[CommT]):
 
     def _all_gather(self, x: object, group: GroupArg) -> list[Any]:
         comm, error = self._enter(group)
-        if comm is None:
-            return [x]
+        if comm is None or comm.group_rank < 0:
+            return [self._outside(comm, "all_gather", x, None)]
         self._checkpoint(comm, "all_gather", value=x, error=error)
         return _collectives.all_gather(comm, x)
 
@@ -193,11 +180,9 @@ class DistContext(TrainingMethods[CommT]):
 
     def _broadcast(self, x: object, src: int, group: GroupArg) -> object:
         comm, error = self._enter(group)
-        error = error or _collectives.src_error(src, self.world_size, None if comm is None else comm.ranks)
-        if comm is None:  # not a member: nobody waits for this rank
-            if error is not None:
-                raise error
-            return x
+        if comm is None or comm.group_rank < 0:  # nobody waits for this rank, unless it is a bystander
+            return self._outside(comm, "broadcast", x, error or _collectives.src_error(src, self.world_size, None), src)
+        error = error or _collectives.src_error(src, self.world_size, comm.ranks)
         self._checkpoint(comm, "broadcast", src=str(src), error=error)
         return _collectives.broadcast(self, comm, x, src)
 

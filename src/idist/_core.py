@@ -8,6 +8,7 @@ one that forgets a hook. Design notes: docs/design.md.
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
@@ -44,7 +45,11 @@ class ContextState(Generic[CommT]):
     """The only mutable part of a context: lifecycle and comms (with their caches)."""
 
     world: CommT
+    #: comms of subgroups given as global ranks (a list, a ``Group``), by their rank tuple
     comms: dict[tuple[int, ...], CommT | None] = attrs.Factory(dict)
+    #: comms of the backend's own group objects (``_native_group_comm``), keyed by the object
+    #: itself, never by its ``id()``, which a later group may reuse once this one is gone
+    group_comms: weakref.WeakKeyDictionary[object, CommT | None] = attrs.Factory(weakref.WeakKeyDictionary)
     on_close: list[Callable[[], None]] = attrs.Factory(list)
     closed: bool = False
     #: set by the context that owns this state; a second one (``attrs.evolve``) is refused
@@ -150,10 +155,20 @@ class ContextCore(ABC, Generic[CommT]):
         """Before a collective moves data: ``error`` is what this rank found wrong on its own.
 
         A backend raises it so that no peer is left waiting or paired with a later call (native:
-        agreed through the store, or the group broken); checked mode also compares the calls.
+        agreed through the store, or the group broken; XLA: shipped in the exchange that agrees
+        on a tensor's op, dtype and shape); checked mode also compares the calls.
         """
         if error is not None:
             raise error
+
+    def _stand_by(self, comm: CommT, call: str, src: int, error: IdistError | None) -> None:
+        """Take this rank's part in ``call`` over ``comm`` from outside its group (a *bystander*).
+
+        Only a backend whose collectives every rank of the world runs has bystanders (XLA): its
+        ``_make_comm`` gives a rank outside the group a comm with ``group_rank == -1``. The rank
+        then returns its input, or raises ``error`` (what it found wrong on its own, as ``src``
+        outside the group may be), as any rank outside a group does.
+        """
 
     def _check_tensor(self, t: torch.Tensor, op: str) -> None:
         """What this rank can tell alone about a tensor it is about to reduce."""
@@ -205,6 +220,25 @@ class ContextCore(ABC, Generic[CommT]):
         if key not in comms:
             comms[key] = self._state.world if len(key) == self.topology.world_size else self._make_comm(key)
         return comms[key]
+
+    def _enter(self, group: GroupArg) -> tuple[CommT | None, IdistError | None]:
+        """The comm of ``group`` (None, or a bystander's with ``group_rank == -1``: not a member);
+        for a bad group, the world's and the error."""
+        self._check_open()
+        if group is None:
+            return self._state.world, None
+        try:
+            return self._comm(group), None
+        except IdistError as exc:
+            return self._state.world, exc
+
+    def _outside(self, comm: CommT | None, call: str, x: object, error: IdistError | None, src: int = -1) -> object:
+        """What a rank outside the group returns: ``x``, once a bystander took its part (``_stand_by``)."""
+        if comm is not None:
+            self._stand_by(comm, call, src, error)
+        if error is not None:
+            raise error
+        return x
 
     def _comm(self, group: GroupArg) -> CommT | None:
         """The comm for ``group``, or None when this rank is not in it."""

@@ -30,6 +30,8 @@ class Tag(enum.IntEnum):
     PATH = 7
     TENSOR = 8
     PICKLE = 9
+    #: what a rank is about to reduce: the op (payload), dtype (code) and shape, no data
+    REDUCE = 10
 
 
 def aligned(n: int) -> int:

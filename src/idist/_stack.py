@@ -20,6 +20,7 @@ from ._backends.serial import SerialContext
 from ._context import DistContext
 from ._detect import detect_backend
 from ._errors import AlreadyInitializedError
+from .training import _sampler
 
 _scoped: ContextVar[DistContext | None] = ContextVar("idist_current", default=None)
 _lock = threading.Lock()
@@ -109,3 +110,13 @@ def scoped(backend: str | None, **kwargs: Any) -> Iterator[DistContext]:
             yield ctx
     finally:
         ctx.close()
+
+
+def _current_topology() -> tuple[int, int]:
+    ctx = current()
+    return ctx.world_size, ctx.rank
+
+
+# DistributedProxySampler(sampler) defaults to the current context's world size and rank;
+# training/ sits below this layer, so it is told where to look instead of importing it.
+_sampler.use_current_topology(_current_topology)

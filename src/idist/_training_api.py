@@ -96,7 +96,7 @@ class TrainingMethods(ContextCore[CommT]):
         """A loader giving this rank its share: ``batch_size`` is the global batch.
 
         Takes a Dataset (plus DataLoader keyword arguments) or a DataLoader (its settings,
-        overridden by ``kwargs``), positionally or as ``dataset=`` (ignite) / ``dataloader=``.
+        overridden by ``kwargs``), positionally or as ``dataset=`` (ignite's name) / ``dataloader=``.
         Also ``per_rank_batch_size=``, ``seed=``, ``shard_iterable=``, ``even_batches=``.
         """
         return _dataloader.auto_dataloader(self._context, _settings.the_data(data, dataset, dataloader), **kwargs)

@@ -129,7 +129,7 @@ def _body(ctx: idist.DistContext, a: argparse.Namespace) -> Any:
 
 
 def rank_main(local_rank: int, a: argparse.Namespace) -> str:
-    """spawn's seed form: initialize() from the variables spawn set, finalize at the end."""
+    """spawn's torch.multiprocessing form: initialize() from the variables spawn set, finalize at the end."""
     rank = int(os.environ.get("RANK", "-1"))
 
     def run() -> Any:

@@ -12,8 +12,10 @@ def work(local_rank: int, scale: float) -> float:
     return local_rank * scale
 
 
-def seed_form() -> None:
+def torch_multiprocessing_form() -> None:
+    """spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn")."""
     assert_type(idist.spawn(work, args=(2.0,), nprocs=2), list[float])
+    assert_type(idist.spawn(fn=work, args=(2.0,), nprocs=2), list[float])
     assert_type(idist.spawn(work, (2.0,), 2), list[float])
     assert_type(idist.spawn(work, (2.0,), 2, True, False, "fork"), list[float])
     assert_type(idist.spawn(work, (2.0,), 2, False), SpawnHandle[float])
@@ -24,7 +26,9 @@ def seed_form() -> None:
 
 
 def ignite_form() -> None:
+    """spawn(backend, fn, args, kwargs_dict=None, nproc_per_node=1, ...)."""
     assert_type(idist.spawn("gloo", work, (2.0,), nproc_per_node=2), list[float])
+    assert_type(idist.spawn(backend="gloo", fn=work, args=(2.0,), nproc_per_node=2), list[float])
     assert_type(idist.spawn("gloo", work, (2.0,), None, 2, 1, 0, None, None, None), list[float])
     assert_type(idist.spawn("nccl", work, (2.0,), kwargs_dict={}, join=False), SpawnHandle[float])
     assert_type(idist.spawn("horovod", work, (2.0,), nproc_per_node=2), list[float])
@@ -32,6 +36,12 @@ def ignite_form() -> None:
     idist.spawn("horovod", work, (2.0,), join=False)  # type: ignore[call-overload]
     idist.spawn("xla-tpu", work, (2.0,), join=False)  # type: ignore[call-overload]
     idist.spawn("serial", work, (2.0,))  # type: ignore[call-overload]
+
+
+def neither_form() -> None:
+    idist.spawn()  # type: ignore[call-overload]
+    idist.spawn((2.0,), work)  # type: ignore[call-overload]
+    idist.spawn(work, "gloo")  # type: ignore[call-overload]
 
 
 def handle(h: SpawnHandle[float]) -> None:

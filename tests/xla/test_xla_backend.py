@@ -191,6 +191,42 @@ def test_bad_input_raises_on_every_rank(world: XlaWorld) -> None:
     assert results == [expected] * world.world_size
 
 
+def template_checks(ctx: idist.DistContext) -> list[object]:
+    """Calls that only the shared argument checks and checkpoint (``_check_tensor``, ``_enter``,
+    ``_checkpoint``) catch: before XLA went through them, the odd rank crashed alone and its
+    peers waited for it."""
+    last = ctx.world_size - 1
+    float8 = torch.zeros(2, dtype=torch.float8_e4m3fn if ctx.rank == 0 else torch.float32)  # no codec for float8
+    meta = torch.empty(2, device="meta" if ctx.rank == last else "cpu")  # a shape without data
+    not_a_group: Any = object()
+    seen: list[object] = []
+    for call in (
+        lambda: ctx.all_reduce(float8),
+        lambda: ctx.all_reduce(meta),
+        lambda: ctx.all_reduce(torch.ones(1), group=not_a_group),
+        lambda: ctx.all_reduce(1.0, group=not_a_group),
+        lambda: ctx.all_gather(1, group=not_a_group),
+        lambda: ctx.all_reduce(torch.zeros(ctx.rank + 1), group=sorted({0, last})),  # shapes differ; others stand by
+    ):
+        try:
+            call()
+            seen.append("returned")
+        except idist.IdistError as exc:
+            seen.append(type(exc).__name__)
+    seen.append(ctx.all_reduce(torch.ones(1)).tolist())  # every rank is still in step
+    return seen
+
+
+def test_argument_checks_and_checkpoint_run_for_xla(world: XlaWorld) -> None:
+    n = world.world_size
+    bad = ["UnsupportedValueError", "UnsupportedValueError", "CollectiveInputError", "CollectiveInputError",
+           "CollectiveInputError"]  # fmt: skip
+    for rank, seen in enumerate(world.run(template_checks)):
+        members = {0, n - 1}
+        mismatch = "CollectiveInputError" if rank in members and n > 1 else "returned"
+        assert seen == [*bad, mismatch, [float(n)]], rank
+
+
 def _seeded_linear(seed: int) -> torch.nn.Linear:
     g = torch.Generator().manual_seed(seed)
     model = torch.nn.Linear(4, 1)

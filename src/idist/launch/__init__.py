@@ -1,6 +1,6 @@
 """Starting distributed jobs: ``spawn``, ``Parallel``, and what the ``idist`` CLI shares.
 
-_spawn      spawn's two signatures (seed and ignite)   _parallel   Parallel's two modes
+_spawn      spawn's two forms (torch.mp and ignite)    _parallel   Parallel's two modes
 _plan       LaunchPlan, argument checks                  _procs      start one process per rank
 _handle     SpawnHandle: watch, fail fast, stop all      _child      inside each rank
 _ports      reserved rendezvous ports                    _driven     launches through horovod.run / torch_xla

@@ -41,7 +41,7 @@ class Parallel:
     ``Parallel(backend=None, nproc_per_node=None, nnodes=None, node_rank=None,
     master_addr=None, master_port=None, init_method=None, **spawn_kwargs)``, ignite's
     signature (``None`` means the default; ``master_port`` may be a string of digits;
-    ``nprocs=`` is the seed's name for ``nproc_per_node``). ``run(fn, *args, **kwargs)``
+    ``nprocs=``, ``torch.multiprocessing.spawn``'s name, for ``nproc_per_node``). ``run(fn, *args, **kwargs)``
     calls ``fn(local_rank, *args, **kwargs)`` on every rank and returns the return values
     of the ranks it ran, in local-rank order: all local ranks in spawn mode, this rank's
     alone in place. Use it as a context manager, as in ignite::

@@ -1,4 +1,4 @@
-"""``idist.spawn``: the seed's signature and ignite's, one implementation (``_procs``)."""
+"""``idist.spawn``: ``torch.multiprocessing.spawn``'s signature and ignite's, one implementation (``_procs``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ._procs import start
 R = TypeVar("R")
 
 
-# Seed form: spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn")
+# torch.multiprocessing's form: spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn")
 @overload
 def spawn(
     fn: Callable[..., R],
@@ -96,12 +96,12 @@ def spawn(
     start_method: StartMethod = "spawn",
     timeout: float | None = None,
 ) -> SpawnHandle[R]: ...
-def spawn(*positional: Any, **options: Any) -> Any:
+def spawn(*args: object, **kwargs: object) -> object:
     """Run ``fn`` in ``nprocs`` new processes, one per local rank.
 
-    Seed form, ``spawn(fn, args=(), nprocs=1, join=True, daemon=False,
-    start_method="spawn")``: each process calls ``fn(local_rank, *args)`` with RANK,
-    LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, NNODES, MASTER_ADDR and
+    ``torch.multiprocessing.spawn``'s form, ``spawn(fn, args=(), nprocs=1, join=True,
+    daemon=False, start_method="spawn")``: each process calls ``fn(local_rank, *args)`` with
+    RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, NNODES, MASTER_ADDR and
     MASTER_PORT set, so a plain ``idist.initialize()`` inside ``fn`` joins the world.
     Keyword-only ``nnodes``, ``node_rank``, ``master_addr`` and ``master_port`` make this
     launch one node of a larger world (every node passes the same master address/port).
@@ -112,7 +112,8 @@ def spawn(*positional: Any, **options: Any) -> Any:
     **kwargs_dict)`` and finalizes it after. ``backend="horovod"`` starts the ranks
     with ``horovod.run`` and ``backend="xla-tpu"`` with ``torch_xla.launch`` (XLA replicas:
     on the XLA CPU device, threads of one process), each from a launcher process of its
-    own; both join always and run on one node (``LaunchConfigError`` otherwise).
+    own; both join always and run on one node (``LaunchConfigError`` otherwise). A backend
+    name first (or ``backend=``) selects this form.
 
     The rendezvous port is a free one reserved by this process until the launch ends
     (no fixed default, so two launches at once never collide); the address defaults to
@@ -124,14 +125,14 @@ def spawn(*positional: Any, **options: Any) -> Any:
     Ctrl-C stops every rank. ``LaunchConfigError`` (a ``ValueError``) for arguments that
     cannot work.
     """
-    first = positional[0] if positional else options.get("backend", options.get("fn"))
-    if isinstance(first, str) or "backend" in options:
-        return ignite_spawn(*positional, **options)
-    return _seed_form(*positional, **options)
+    # The overloads above type each form; each form's function checks its own arguments.
+    first = args[0] if args else kwargs.get("backend", kwargs.get("fn"))
+    form: Callable[..., object] = ignite_spawn if isinstance(first, str) or "backend" in kwargs else torch_mp_spawn
+    return form(*args, **kwargs)
 
 
-def _seed_form(
-    fn: Callable[..., Any],
+def torch_mp_spawn(
+    fn: Callable[..., R],
     args: tuple[Any, ...] = (),
     nprocs: int | None = None,
     join: bool = True,
@@ -143,12 +144,13 @@ def _seed_form(
     master_addr: str | None = None,
     master_port: int | None = None,
     nproc_per_node: int | None = None,
-) -> Any:
+) -> list[R] | SpawnHandle[R]:
+    """``spawn`` in ``torch.multiprocessing.spawn``'s form (``nproc_per_node=`` as ignite names ``nprocs``)."""
     if nprocs is not None and nproc_per_node is not None and nprocs != nproc_per_node:
         raise LaunchConfigError(f"nprocs={nprocs} and nproc_per_node={nproc_per_node} disagree; pass one of them")
     n = nprocs if nprocs is not None else nproc_per_node if nproc_per_node is not None else 1
     plan = LaunchPlan.from_arguments(n, nnodes, node_rank, master_addr, master_port)
-    handle = start(fn, args, {}, plan, daemon=daemon, start_method=start_method)
+    handle: SpawnHandle[R] = start(fn, args, {}, plan, daemon=daemon, start_method=start_method)
     return _finish(handle, join)
 
 
@@ -199,7 +201,7 @@ def ignite_spawn(
     return _finish(handle, join)
 
 
-def _finish(handle: SpawnHandle[Any], join: bool) -> Any:
+def _finish(handle: SpawnHandle[R], join: bool) -> list[R] | SpawnHandle[R]:
     if not join:
         return handle
     handle.join()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator, Sized
+from collections.abc import Callable, Iterator, Sized
 from typing import Any, Protocol, cast, final
 
 import torch
@@ -33,6 +33,22 @@ class _HasEpoch(Protocol):
 
 #: the global RNGs are process-wide; a proxy sampler forks them under this lock
 _GLOBAL_RNG_LOCK = threading.Lock()
+
+
+def _stack_not_loaded() -> tuple[int, int]:
+    raise RuntimeError("idist's context stack (idist._stack) is not imported: import idist first")
+
+
+#: (world size, rank) of the current context, for a ``DistributedProxySampler`` given neither.
+#: training/ sits below the context stack, so the stack sets this when it is imported
+#: (``use_current_topology``); importing any part of idist imports the stack.
+_current_topology: Callable[[], tuple[int, int]] = _stack_not_loaded
+
+
+def use_current_topology(source: Callable[[], tuple[int, int]]) -> None:
+    """Where ``DistributedProxySampler`` takes the ``num_replicas``/``rank`` its caller left out."""
+    global _current_topology
+    _current_topology = source
 
 
 def shard_plan(length: int, world_size: int, drop_last: bool, even_batches: bool, batch_size: int | None) -> int:
@@ -148,11 +164,9 @@ class DistributedProxySampler(_ShardedBase):
                 f"{type(sampler).__name__} has no __len__; a sampler shared out between ranks needs a fixed length"
             )
         if num_replicas is None or rank is None:
-            from .._stack import current  # deferred: _stack imports the backends, which import training
-
-            ctx = current()
-            num_replicas = ctx.world_size if num_replicas is None else num_replicas
-            rank = ctx.rank if rank is None else rank
+            world_size, current_rank = _current_topology()
+            num_replicas = world_size if num_replicas is None else num_replicas
+            rank = current_rank if rank is None else rank
         self.sampler = sampler
         super().__init__(
             len(sampler), sampler, num_replicas=num_replicas, rank=rank, shuffle=False, seed=seed,

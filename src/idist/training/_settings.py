@@ -11,7 +11,7 @@ T = TypeVar("T")
 
 
 def the_data(data: object, dataset: object, dataloader: object) -> Dataset[Any] | DataLoader[Any]:
-    """The one data argument among ``data``, ``dataset=`` (ignite) and ``dataloader=`` (the seed)."""
+    """The one data argument among ``data``, ``dataset=`` (ignite's name) and ``dataloader=``."""
     given = {"data": data, "dataset": dataset, "dataloader": dataloader}
     passed = [k for k, v in given.items() if v is not None]
     if len(passed) != 1:

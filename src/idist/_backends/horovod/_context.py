@@ -7,7 +7,7 @@ How each difference is bridged: docs/horovod.md.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Self, TypeVar, final, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, final, overload
 
 import attrs
 import torch
@@ -21,6 +21,9 @@ from ..._types import COMMON_OPS, GroupArg, HorovodReduceOp
 from . import _create, _lib, _training
 from ._comm import HorovodComm, register_process_set
 from ._fold import NATIVE_REDUCE, WIDEN, adasum_tree, fold_tensors
+
+if TYPE_CHECKING:
+    from horovod.torch import ProcessSet
 
 TensorT = TypeVar("TensorT", bound=torch.Tensor)
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
@@ -70,12 +73,20 @@ class HorovodContext(DistContext[HorovodComm]):
                 f"{group} is not registered with Horovod; pass it to hvd.add_process_set() "
                 "(or hvd.init(process_sets=[...])) first, or pass a list of ranks as group="
             )
-        key = (-1, group.process_set_id)
-        comms = self._state.comms
-        if key not in comms:
+        comms = self._state.group_comms
+        if group not in comms:
             ranks = tuple(group.ranks)
-            comms[key] = HorovodComm(group, ranks, ranks.index(self.rank)) if self.rank in ranks else None
-        return comms[key]
+            comms[group] = self._process_set_comm(group, ranks) if self.rank in ranks else None
+        return comms[group]
+
+    def _process_set_comm(self, group: ProcessSet, ranks: tuple[int, ...]) -> HorovodComm:
+        """One comm per registered set: a second ProcessSet object with the same id shares it (and
+        so its call counter, which names the ops). Keyed by object, not id: Horovod may give a
+        removed set's id to a new set, and removing a set clears the id of every object for it."""
+        for comm in self._state.group_comms.values():
+            if comm is not None and comm.process_set.process_set_id == group.process_set_id:
+                return comm
+        return HorovodComm(group, ranks, ranks.index(self.rank))
 
     def _allreduce_tensor(self, t: torch.Tensor, op: str, comm: HorovodComm) -> None:
         dtype = t.dtype
@@ -135,6 +146,7 @@ class HorovodContext(DistContext[HorovodComm]):
 
     def _close(self) -> None:
         self._state.comms.clear()
+        self._state.group_comms.clear()
         hvd = _lib.hvd
         if self._owns_init and hvd.is_initialized():
             hvd.shutdown()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+import weakref
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Self, final
 
@@ -107,17 +108,18 @@ class NativeContext(DistContext[NativeComm]):
             return None  # what torch.distributed.new_group gives a rank outside the group
         if not isinstance(group, dist.ProcessGroup):
             return super()._native_group_comm(group)
-        key = (-1, id(group))
-        comms = self._state.comms
-        if key not in comms:
+        comms = self._state.group_comms
+        if group not in comms:
             ranks = tuple(dist.get_process_group_ranks(group))
             world = self._state.world
-            comms[key] = (
-                NativeComm(group, ranks, ranks.index(self.rank), world.guard, stage=world.stage,
-                           key=f"n{id(group)}", flat=world.flat)
+            # The comm reaches its group through a weak proxy, so that the entry (weakly keyed)
+            # goes with the group; torch names a group alike on every rank, its id() differs.
+            comms[group] = (
+                NativeComm(weakref.proxy(group), ranks, ranks.index(self.rank), world.guard, stage=world.stage,
+                           key=f"n{group.group_name}", flat=world.flat)
                 if self.rank in ranks else None
             )  # fmt: skip
-        return comms[key]
+        return comms[group]
 
     # ------------------------------------------------------- tensor primitives
     def _check_tensor(self, t: torch.Tensor, op: str) -> None:
@@ -193,8 +195,9 @@ class NativeContext(DistContext[NativeComm]):
         """Drop this rank's process groups (every later call raises ``reason``)."""
         state = self._state
         dead = BrokenPG(reason)
-        groups: list[object] = []
-        for comm in (state.world, *state.comms.values()):
+        # a torch group's comm reaches it through a proxy: hold the group itself here
+        groups: list[object] = list(state.group_comms.keys())
+        for comm in (state.world, *state.comms.values(), *state.group_comms.values()):
             if comm is not None and not isinstance(comm.pg, BrokenPG):
                 comm.inflight.drain(FAILED_SECONDS)
                 groups.append(comm.pg)
@@ -226,9 +229,10 @@ class NativeContext(DistContext[NativeComm]):
     def _close(self) -> None:
         # let the worker threads drop finished work while the interpreter is whole (_inflight)
         state = self._state
-        for comm in (state.world, *state.comms.values()):
+        for comm in (state.world, *state.comms.values(), *state.group_comms.values()):
             if comm is not None:
                 comm.inflight.drain()
         state.comms.clear()
+        state.group_comms.clear()
         if self._owns_default and dist.is_initialized() and dist.group.WORLD is self.process_group:
             dist.destroy_process_group()

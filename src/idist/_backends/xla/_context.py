@@ -8,18 +8,17 @@ difference is bridged: docs/xla.md.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Self, TypeVar, final
 
 import attrs
 import torch
 from torch import nn
 
-from ... import _codec, _collectives, _exchange, _frame
+from ... import _codec, _collectives, _exchange
 from ..._context import DistContext
-from ..._errors import CollectiveInputError, IdistError
-from ..._reduce import check_op_name, check_tensor_op
-from ..._types import GroupArg
-from . import _create, _lib, _reduce, _training
+from ..._errors import IdistError
+from . import _agree, _create, _lib, _reduce, _training
 from ._comm import XlaComm, make_comm
 from ._device import XlaDevice
 
@@ -31,8 +30,6 @@ OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 #: dtypes torch_xla 2.9 does not move to an XLA device bit for bit (see ``_receive_device``)
 _INEXACT_ON_DEVICE: Final = (torch.complex128, torch.float16)
-#: prefix of the frame an all_reduce of a tensor ships first: "<op>|<dtype code>|<shape>"
-_META: Final = "\x00idist-xla-all_reduce\x00"
 
 
 @final
@@ -87,13 +84,11 @@ class XlaContext(DistContext[XlaComm]):
     def _make_comm(self, ranks: tuple[int, ...]) -> XlaComm:
         return make_comm(self.xla, ranks)
 
-    def _xla_comm(self, group: GroupArg) -> XlaComm:
-        comm = self._comm(group)
-        assert comm is not None  # every replica has a comm for every group (bystanders too)
-        return comm
-
     def _allreduce_tensor(self, t: torch.Tensor, op: str, comm: XlaComm) -> None:
-        _reduce.allreduce_tensor(t, op, comm, self.device_type)
+        # Reducing over one rank is the identity; like a Python value's (which the shared code
+        # does not exchange), it runs no program, so its bystanders need not stand by.
+        if len(comm.ranks) > 1:
+            _reduce.allreduce_tensor(t, op, comm, self.device_type)
 
     def _broadcast_tensor(self, t: torch.Tensor, src: int, comm: XlaComm) -> None:
         _reduce.broadcast_tensor(t, src, comm)
@@ -113,71 +108,39 @@ class XlaContext(DistContext[XlaComm]):
     def _close(self) -> None:
         self._state.comms.clear()
 
-    # ------------------------------------------------------------- collectives
-    def _all_reduce(self, x: object, op: str, group: GroupArg) -> object:
-        """Every rank calls it, members of ``group`` or not; a tensor's (op, dtype, shape) is agreed first."""
-        name = check_op_name(op, self.VALID_OPS, self.backend)
-        comm = self._xla_comm(group)
-        if comm.bystander:
-            if len(comm.ranks) > 1:  # a group of one runs no collective (see below): nothing to join
-                self._stand_by_reduce(comm)
-            return x
-        if not isinstance(x, torch.Tensor):
-            return _collectives.all_reduce(self, comm, x, name)
-        if len(comm.ranks) == 1:
-            # Reducing one tensor is the identity; like a Python value (the shared code skips
-            # the exchange for a group of one), it runs no collective, and neither do the
-            # bystanders, who cannot tell a tensor from a value here.
-            check_tensor_op(name, x.dtype)
-            return x
-        try:
-            check_tensor_op(name, x.dtype)
-            frame = _codec.encode(f"{_META}{name}|{_codec.DTYPE_CODE[x.dtype]}|{list(x.shape)}")
-        except IdistError as exc:
-            frame = _codec.encode_error(exc)
-        metas = _exchange.decode_all(comm, _exchange.gather_frames(comm, frame), "all_reduce")
-        if len(set(metas)) > 1:
-            seen = {r: str(m).removeprefix(_META) for r, m in zip(comm.ranks, metas, strict=True)}
-            raise CollectiveInputError(
-                f"all_reduce needs the same op, dtype and shape on every rank of the group, got "
-                f"(op|dtype code|shape) {seen}; pass matching tensors"
-            )
-        self._allreduce_tensor(x, name, comm)
-        return x
-
-    def _stand_by_reduce(self, comm: XlaComm) -> None:
-        """Take part in the members' all_reduce (scalar or tensor) without a value of our own."""
-        bufs = _exchange.gather_frames(comm, _codec.encode(None))
-        first = _codec.decode(bufs[0])
-        if not (isinstance(first, str) and first.startswith(_META)):
-            return  # Python values (or an error): the byte exchange was all of it
-        if any(isinstance(_codec.decode(b), IdistError) for b in bufs):
+    # --------------------------------------------------- agreement, bystanders
+    def _checkpoint(
+        self,
+        comm: XlaComm,
+        call: str,
+        op: str = "",
+        src: str = "",
+        value: object = None,
+        error: IdistError | None = None,
+    ) -> None:
+        """An all_reduce of a tensor, or one that failed on a rank, first agrees on the tensor's
+        (op, dtype, shape) over the group, bystanders too (``_agree``); other calls raise ``error``."""
+        if call == "all_reduce" and len(comm.ranks) > 1:
+            if error is not None:
+                _agree.announce(comm, _codec.encode_error(error))
+            elif isinstance(value, torch.Tensor):
+                _agree.announce(comm, _codec.reduce_header(op, value))
             return
-        if len({_frame.as_bytes(b[: _frame.frame_length(b)]) for b in bufs}) > 1:
-            return  # the members raise; they run nothing more
-        name, code, shape = first.removeprefix(_META).split("|")
-        dims = [int(d) for d in shape.strip("[]").split(",") if d.strip()]
-        self._allreduce_tensor(torch.zeros(dims, dtype=_codec.DTYPES[int(code)]), name, comm)
+        super()._checkpoint(comm, call, op, src, value, error)
 
-    def _all_gather(self, x: object, group: GroupArg) -> list[Any]:
-        """A rank outside ``group`` takes part and gets ``[x]``."""
-        comm = self._xla_comm(group)
-        if comm.bystander:
-            if len(comm.ranks) > 1:  # the member of a group of one exchanges nothing
-                _exchange.gather_frames(comm, _codec.encode(None))
-            return [x]
-        return super()._all_gather(x, group)
-
-    def _broadcast(self, x: object, src: int, group: GroupArg) -> object:
-        """A rank outside ``group`` takes part and gets ``x`` back."""
-        comm = self._xla_comm(group)
-        if not comm.bystander:
-            return super()._broadcast(x, src, group)
-        try:
-            super()._broadcast(None, src, group)
-        except IdistError:
-            pass  # the members raise it; a bystander keeps its value
-        return x
+    def _stand_by(self, comm: XlaComm, call: str, src: int, error: IdistError | None) -> None:
+        """Run the members' collective with nothing of our own; what comes back is dropped."""
+        if len(comm.ranks) == 1:
+            return  # a group of one exchanges nothing (see _allreduce_tensor)
+        if call == "all_gather":
+            _exchange.gather_frames(comm, _codec.encode(None))
+        elif call == "broadcast" and error is None and src in comm.ranks:  # else the members raise first
+            with contextlib.suppress(IdistError):  # the members raise it; a bystander keeps its value
+                _collectives.broadcast(self, comm, None, src)
+        elif call == "all_reduce":
+            header = _agree.listen(comm)
+            if header is not None:
+                self._allreduce_tensor(torch.zeros(header.shape, dtype=header.dtype), header.op, comm)
 
     # ---------------------------------------------------------- training hooks
     def _wrap_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
