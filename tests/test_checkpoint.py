@@ -174,16 +174,21 @@ def test_states_that_cannot_work_raise_before_anything_is_written(tmp_path: Path
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_corrupt_file_raises_a_checkpoint_error_and_changes_nothing(tmp_path: Path) -> None:
+def test_a_truncated_or_corrupt_file_raises_a_checkpoint_error(tmp_path: Path) -> None:
     model, _, _ = _trained()
     idist.save_checkpoint(tmp_path / "ck", {"model": model})
-    (tmp_path / "ck" / "__0_0.distcp").write_bytes(b"\0" * 16)
+    data = tmp_path / "ck" / "__0_0.distcp"
+    size = data.stat().st_size
+    data.write_bytes(b"\0" * 16)
     fresh, _, _ = _trained(seed=9, steps=0)
     before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    with pytest.raises(CheckpointError, match=rf"__0_0\.distcp holds 16 bytes, its metadata names {size}"):
+        idist.load_checkpoint(tmp_path / "ck", {"model": fresh})
+    assert _same(fresh.state_dict(), before)  # found before any tensor is read
+    data.write_bytes(b"\0" * size)  # the right size, and garbage: found by torch while reading
     with pytest.raises(CheckpointError) as info:  # never torch's CheckpointException, a BaseException
         idist.load_checkpoint(tmp_path / "ck", {"model": fresh})
     assert "torch.distributed.checkpoint on rank 0" in str(info.value)
-    assert _same(fresh.state_dict(), before)
 
 
 def test_a_checkpoint_written_by_dcp_alone_loads(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from torch.distributed.checkpoint.state_dict_saver import save
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
+    from torch.distributed.checkpoint.metadata import Metadata
 
     from ._state import TensorState
 
@@ -46,9 +47,22 @@ def write(state: dict[str, TensorState], folder: Path, group: ProcessGroup | Non
             save(state, storage_writer=writer, no_dist=True)
 
 
-def read(state: dict[str, TensorState], folder: Path, group: ProcessGroup | None) -> None:
-    """Fill ``state``'s tensors (and replace its other leaves) from ``folder``."""
-    reader = FileSystemReader(folder)
+class _Known(FileSystemReader):
+    """A reader that gives DCP the metadata the comparison already read: the file is read once."""
+
+    def __init__(self, folder: Path, metadata: Metadata) -> None:
+        super().__init__(folder)
+        self.metadata = metadata
+
+    def read_metadata(self, *args: object, **kwargs: object) -> Metadata:
+        if self.metadata.storage_meta is not None:
+            self.metadata.storage_meta.load_id = self.load_id
+        return self.metadata
+
+
+def read(state: dict[str, TensorState], folder: Path, metadata: Metadata, group: ProcessGroup | None) -> None:
+    """Fill ``state``'s tensors (and replace its other leaves) from ``folder``, whose metadata was read."""
+    reader = _Known(folder, metadata)
     if group is not None:
         load(state, storage_reader=reader, process_group=group)
     else:

@@ -15,8 +15,12 @@ import os
 import shutil
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .._errors import CheckpointNotFoundError, CheckpointPathError
+from .._errors import CheckpointError, CheckpointNotFoundError, CheckpointPathError
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.metadata import Metadata
 
 #: the DCP metadata file torch writes; a folder without it is no checkpoint
 DCP_METADATA = ".metadata"
@@ -149,6 +153,23 @@ def wait_removals() -> None:
         for removal in _removing:
             removal.join()
         _removing.clear()
+
+
+def check_complete(path: Path, metadata: Metadata) -> None:
+    """``CheckpointError`` unless every data file the metadata names holds the bytes it names there."""
+    needed: dict[str, int] = {}
+    for info in metadata.storage_data.values():
+        end = info.offset + info.length
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
+    for name, size in sorted(needed.items()):
+        try:
+            held = (path / name).stat().st_size
+        except OSError as exc:
+            raise CheckpointError(f"the checkpoint at {path} lacks {name} ({type(exc).__name__}: {exc})") from exc
+        if held < size:
+            raise CheckpointError(
+                f"the checkpoint at {path} is incomplete: {name} holds {held} bytes, its metadata names {size}"
+            )
 
 
 def check_readable(path: Path) -> None:

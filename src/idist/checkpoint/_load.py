@@ -1,10 +1,11 @@
-"""``load_checkpoint``: compare first, read into scratch tensors, apply only when every rank has read.
+"""``load_checkpoint``: every check first, then DCP reads, then the state is applied.
 
 Each step ends with ``settle`` (every rank raises if any rank failed): (1) every rank finds
-the checkpoint, reads its metadata and plain values, and compares them with the state
-(``_compare``); with ``strict`` any difference fails here; (2) DCP reads into tensors of the
-state's shapes and shardings (``_state.scratch``); (3) the modules, optimizers, stateful
-objects and the caller's plain values are updated. A failure before (3) changes nothing.
+the checkpoint, reads its metadata and plain values, checks that every data file holds
+what the metadata names, and compares the keys and shapes with the state (``_compare``);
+with ``strict`` any difference fails here, before any tensor is read; (2) DCP reads into
+the state's tensors (``_targets.to_load``), as ``dcp.load`` does; (3) the optimizers,
+stateful objects and the caller's plain values are updated.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def load(ctx: DistContext, path: str | os.PathLike[str], state: Mapping[str, obj
         _files.check_readable(folder)
         entries = _state.classify(state)
         metadata = FileSystemReader(folder).read_metadata()
+        _files.check_complete(folder, metadata)
         values, stateful = read_values(folder)
         absent = [k for k in entries.values if k not in values] + [k for k in entries.stateful if k not in stateful]
         target = _targets.to_load(entries, metadata)
@@ -76,7 +78,7 @@ def load(ctx: DistContext, path: str | os.PathLike[str], state: Mapping[str, obj
     settle(ctx, what, error)
     error = None
     try:
-        _dcp.read(target, folder, ctx._dcp_group())
+        _dcp.read(target, folder, metadata, ctx._dcp_group())
     except (Exception, CheckpointException) as exc:
         error = exc
     settle(ctx, what, error)

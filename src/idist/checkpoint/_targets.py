@@ -3,7 +3,7 @@
 Keys come from ``torch.distributed.checkpoint.state_dict``, so they do not depend on the
 wrapper (DDP, FSDP), the world size or the sharding. An optimizer is never stepped to
 learn its state's shapes (torch's own way, which runs Horovod's collectives and its
-``zero_grad``): a load reads the optimizer state into placeholders shaped as the
+``zero_grad``): state it does not hold yet is read into new tensors shaped as the
 checkpoint says, sharded like their parameter where the shapes agree.
 """
 
@@ -79,9 +79,14 @@ def _empty(like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor
     return torch.empty_like(like, dtype=dtype or like.dtype)
 
 
-def _placeholders(name: str, params: dict[str, torch.Tensor], stored: Mapping[str, object]) -> dict[str, object]:
-    """Optimizer state to read into: each key the checkpoint holds for a parameter of ours
-    (``NAME.state.<parameter key>.<field>``; a parameter key has dots, a field has none)."""
+def _optimizer_state(
+    name: str, params: dict[str, torch.Tensor], live: Mapping[str, Mapping[str, object]], stored: Mapping[str, object]
+) -> dict[str, object]:
+    """Optimizer state to read into, for each key the checkpoint holds for a parameter of ours
+    (``NAME.state.<parameter key>.<field>``; a parameter key has dots, a field has none): the
+    live tensor where it has the saved shape and dtype, else a new one (sharded as its
+    parameter where the shapes agree). Live state the checkpoint lacks is left out: loading
+    replaces the optimizer's state, as ``Optimizer.load_state_dict`` does."""
     state: dict[str, dict[str, object]] = {}
     prefix = f"{name}.state."
     for full, meta in stored.items():
@@ -90,29 +95,38 @@ def _placeholders(name: str, params: dict[str, torch.Tensor], stored: Mapping[st
         key, _, field = full[len(prefix) :].rpartition(".")
         if key not in params:
             continue  # state of a parameter this optimizer does not have: reported as unexpected
-        param = params[key]
+        param, current = params[key], live.get(key, {}).get(field)
         if not isinstance(meta, TensorStorageMetadata):
             value: object = 0
+        elif _fits(current, meta):
+            value = current
         elif tuple(meta.size) == tuple(param.shape):
-            value = _empty(param.detach(), meta.properties.dtype)  # sharded as its parameter
+            value = _empty(param.detach(), meta.properties.dtype)
         else:
             value = torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
         state.setdefault(key, {})[field] = value
     return dict(state)
 
 
-def to_load(entries: Entries, metadata: Metadata) -> dict[str, TensorState]:
-    """What a load reads into: new tensors shaped and sharded as the state's, nothing live.
+def _fits(t: object, meta: TensorStorageMetadata) -> bool:
+    """Whether DCP can read ``meta``'s tensor straight into ``t``."""
+    return (
+        isinstance(t, torch.Tensor) and not _host_only(t) and tuple(t.shape) == tuple(meta.size)
+        and t.dtype == meta.properties.dtype
+    )  # fmt: skip
 
-    Nothing changes until every rank has read everything (``apply``).
-    """
+
+def to_load(entries: Entries, metadata: Metadata) -> dict[str, TensorState]:
+    """What a load reads into: the live tensors, as ``dcp.load`` does (new CPU ones for devices
+    DCP cannot read into, and for optimizer state the optimizer does not hold yet)."""
     out: dict[str, TensorState] = {
-        name: tree_map_only(torch.Tensor, _empty, dict(get_model_state_dict(m))) for name, m in entries.modules.items()
+        name: tree_map_only(torch.Tensor, lambda t: _empty(t) if _host_only(t) else t, dict(get_model_state_dict(m)))
+        for name, m in entries.modules.items()
     }
     stored = metadata.state_dict_metadata
     for name, (opt, owner) in entries.optimizers.items():
         osd, params = _optimizer(owner, opt)
-        osd["state"] = _placeholders(name, params, stored)
+        osd["state"] = _optimizer_state(name, params, osd["state"], stored)
         osd["param_groups"] = [_group(name, i, group, stored) for i, group in enumerate(osd["param_groups"])]
         out[name] = osd
     return out
