@@ -149,9 +149,14 @@ class ContextCore(ABC, Generic[CommT]):
             torch.cuda.synchronize(self.device)
 
     def _checkpoint(
-        self, comm: CommT, call: str, op: str = "", src: str = "", value: object = None,
+        self,
+        comm: CommT,
+        call: str,
+        op: str = "",
+        src: str = "",
+        value: object = None,
         error: IdistError | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Before a collective moves data: ``error`` is what this rank found wrong on its own.
 
         A backend raises it so that no peer is left waiting or paired with a later call (native:

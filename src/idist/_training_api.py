@@ -49,14 +49,22 @@ class TrainingMethods(ContextCore[CommT]):
 
     @overload
     def auto_model(
-        self: TrainingMethods[NativeComm] | TrainingMethods[SelfComm], model: nn.Module, sync_bn: bool = False,
-        *, strategy: Literal["ddp"] = "ddp", **kwargs: Unpack[DDPOptions],
-    ) -> nn.Module: ...  # fmt: skip
+        self: TrainingMethods[NativeComm] | TrainingMethods[SelfComm],
+        model: nn.Module,
+        sync_bn: bool = False,
+        *,
+        strategy: Literal["ddp"] = "ddp",
+        **kwargs: Unpack[DDPOptions],
+    ) -> nn.Module: ...
     @overload
     def auto_model(
-        self: TrainingMethods[NativeComm] | TrainingMethods[SelfComm], model: nn.Module, sync_bn: bool = False,
-        *, strategy: Literal["fsdp"], **kwargs: Unpack[FSDPOptions],
-    ) -> nn.Module: ...  # fmt: skip
+        self: TrainingMethods[NativeComm] | TrainingMethods[SelfComm],
+        model: nn.Module,
+        sync_bn: bool = False,
+        *,
+        strategy: Literal["fsdp"],
+        **kwargs: Unpack[FSDPOptions],
+    ) -> nn.Module: ...
     @overload
     def auto_model(self, model: nn.Module, sync_bn: bool = False, **kwargs: Unpack[DDPOptions]) -> nn.Module: ...
     def auto_model(
@@ -103,8 +111,9 @@ class TrainingMethods(ContextCore[CommT]):
 
     def no_sync(
         self: TrainingMethods[NativeComm] | TrainingMethods[SelfComm] | TrainingMethods[XlaComm],
-        model: nn.Module, enabled: bool = True,
-    ) -> AbstractContextManager[None]:  # fmt: skip
+        model: nn.Module,
+        enabled: bool = True,
+    ) -> AbstractContextManager[None]:
         """``with ctx.no_sync(model):`` backward passes in the block keep their gradients local.
 
         For gradient accumulation: run the first K-1 micro-batches inside, the K-th outside

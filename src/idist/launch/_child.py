@@ -132,14 +132,8 @@ def child_main(spec: ChildSpec, conn: Connection) -> None:
         conn.send(message)
     except Exception as e:  # the result did not pickle
         code = 1
-        conn.send((
-            "error",
-            f"fn returned a {type(message[1]).__qualname__} that cannot be sent to the parent ({_summary(e)}); "
-            "return None or a picklable value",
-            traceback.format_exc(),
-            time.time(),
-            code,
-        ))  # fmt: skip
+        what = f"fn returned a {type(message[1]).__qualname__} that cannot be sent to the parent ({_summary(e)})"
+        conn.send(("error", f"{what}; return None or a picklable value", traceback.format_exc(), time.time(), code))
     conn.close()
     if code:
         sys.exit(code)

@@ -108,9 +108,14 @@ def _run_in(job: Job) -> list[Any]:
     tmp = os.path.join(job.reports, "tmp")
     os.mkdir(tmp, 0o700)
     handle = start(
-        drive, (job,), {}, LaunchPlan(nproc_per_node=1), start_method=job.start_method, rank_env=False,
+        drive,
+        (job,),
+        {},
+        LaunchPlan(nproc_per_node=1),
+        start_method=job.start_method,
+        rank_env=False,
         extra_env={"TMPDIR": tmp},
-    )  # fmt: skip
+    )
     try:
         handle.join()
     except LaunchError as exc:
@@ -118,8 +123,10 @@ def _run_in(job: Job) -> list[Any]:
         first = re.sub(r"^rank 0 \(local rank 0\) failed: ", "", str(exc).split("\n", 1)[0])
         raise LaunchError(
             f"the {job.backend} launcher process failed: {first}",
-            exitcode=exc.exitcode, signal_name=exc.signal_name, traceback=exc.traceback,
-        ) from exc  # fmt: skip
+            exitcode=exc.exitcode,
+            signal_name=exc.signal_name,
+            traceback=exc.traceback,
+        ) from exc
     outcome = handle.results[0]
     if isinstance(outcome, BaseException):
         raise outcome

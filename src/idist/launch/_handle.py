@@ -190,9 +190,13 @@ class SpawnHandle(Generic[R]):
             text += f"\n\nthe other ranks ({', '.join(map(str, stopped))}) were stopped"
         code = f.exitcode if f.exitcode is not None else r.exitcode
         return LaunchError(
-            text, rank=r.rank, local_rank=r.local_rank, exitcode=code,
-            signal_name=signal_name(code) if code is not None else None, traceback=f.traceback,
-        )  # fmt: skip
+            text,
+            rank=r.rank,
+            local_rank=r.local_rank,
+            exitcode=code,
+            signal_name=signal_name(code) if code is not None else None,
+            traceback=f.traceback,
+        )
 
     def terminate(self) -> None:
         """Stop every rank still running (SIGTERM, then SIGKILL after a grace period)."""

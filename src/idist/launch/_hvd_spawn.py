@@ -130,5 +130,8 @@ def _unreported(exc: Exception, world_size: int, silent: list[int]) -> LaunchErr
     return LaunchError(
         f"rank {rank} (local rank {rank}) {what} before fn returned (Horovod's report; its output above has "
         "the details)" + (f"\n\nthe other ranks ({others}) were stopped" if others else ""),
-        rank=rank, local_rank=rank, exitcode=code, signal_name=sig,
-    )  # fmt: skip
+        rank=rank,
+        local_rank=rank,
+        exitcode=code,
+        signal_name=sig,
+    )

@@ -97,8 +97,9 @@ class Parallel:
         self.spawn_kwargs = spawn_kwargs
         self.plan = (
             LaunchPlan.from_arguments(n, nnodes, node_rank, master_addr, master_port, init_method)
-            if n is not None else None
-        )  # fmt: skip
+            if n is not None
+            else None
+        )
         self._ctx: DistContext | None = None
         self._scope: ExitStack | None = None
         self._log = visible_logger("idist.launch")
@@ -115,8 +116,13 @@ class Parallel:
     def __enter__(self) -> Parallel:
         if self.plan is not None:
             p = self.plan
-            params = {"nproc_per_node": p.nproc_per_node, "nnodes": p.nnodes, "node_rank": p.node_rank,
-                      "master_addr": p.master_addr, "master_port": p.master_port}  # fmt: skip
+            params = {
+                "nproc_per_node": p.nproc_per_node,
+                "nnodes": p.nnodes,
+                "node_rank": p.node_rank,
+                "master_addr": p.master_addr,
+                "master_port": p.master_port,
+            }
             shown = "".join(f"\n\t{k}: {v}" for k, v in params.items() if v is not None)
             self._log.info("Initialized distributed launcher with backend: %r", self._spawn_backend())
             self._log.info("- Parameters to spawn processes: %s", shown)
@@ -162,9 +168,18 @@ class Parallel:
         if p is not None:
             self._log.info("Spawn function %r in %d processes", fn, p.nproc_per_node)
             results: list[R] = ignite_spawn(
-                self._spawn_backend(), fn, args, kwargs, p.nproc_per_node, p.nnodes, p.node_rank,
-                p.master_addr, p.master_port, self.init_method, **self.spawn_kwargs,
-            )  # fmt: skip
+                self._spawn_backend(),
+                fn,
+                args,
+                kwargs,
+                p.nproc_per_node,
+                p.nnodes,
+                p.node_rank,
+                p.master_addr,
+                p.master_port,
+                self.init_method,
+                **self.spawn_kwargs,
+            )
             self._log.info("End of run")
             return results
         if self._ctx is not None:

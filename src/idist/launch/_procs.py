@@ -21,20 +21,50 @@ from ._handle import SpawnHandle, _Rank
 from ._plan import LaunchPlan, check_start_method, checked_args
 from ._ports import LOOPBACK, PortReservation, reserve_port
 
-#: Per-rank variables from an enclosing launcher (torchrun, SLURM, OpenMPI, MPICH,
-#: Horovod) that would contradict the rank the child is given; removed in the child.
+#: Per-rank variables from an enclosing launcher that would contradict the rank the child
+#: is given; removed in the child.
 INHERITED_RANK_VARS = (
-    "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
-    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE",
-    "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_NPROCS",
-    "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_JOB_NODELIST", "SLURM_JOB_ID",
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK",
-    "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
-    "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_HOSTNAME",
-    "PJRT_LOCAL_PROCESS_RANK", "PJRT_LOCAL_PROCESS_COUNT",
-)  # fmt: skip
+    # torchrun
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_ERROR_FILE",
+    # SLURM
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_JOB_NODELIST",
+    "SLURM_JOB_ID",
+    # OpenMPI
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "OMPI_COMM_WORLD_NODE_RANK",
+    # MPICH
+    "PMI_RANK",
+    "PMI_SIZE",
+    "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS",
+    # Horovod
+    "HOROVOD_RANK",
+    "HOROVOD_SIZE",
+    "HOROVOD_LOCAL_RANK",
+    "HOROVOD_LOCAL_SIZE",
+    "HOROVOD_HOSTNAME",
+    # XLA (PJRT)
+    "PJRT_LOCAL_PROCESS_RANK",
+    "PJRT_LOCAL_PROCESS_COUNT",
+)
 
 
 def start(
@@ -89,10 +119,17 @@ def start(
             }
             env = {**(env if rank_env else {}), **(extra_env or {})}
             spec = ChildSpec(
-                fn=fn, args=args, kwargs=dict(kwargs), local_rank=local, rank=rank, env=env,
-                drop_env=INHERITED_RANK_VARS, parent_pid=parent_pid, backend=backend,
+                fn=fn,
+                args=args,
+                kwargs=dict(kwargs),
+                local_rank=local,
+                rank=rank,
+                env=env,
+                drop_env=INHERITED_RANK_VARS,
+                parent_pid=parent_pid,
+                backend=backend,
                 init_kwargs=dict(init_kwargs or {}),
-            )  # fmt: skip
+            )
             reader, writer = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=child_main, args=(spec, writer), daemon=daemon, name=f"idist-rank-{rank}")
             try:
@@ -103,8 +140,9 @@ def start(
                 hint = (
                     "with start_method='spawn', fn and args must be picklable: fn a module-level function "
                     "(not a lambda, closure or a function defined in `python -c`)"
-                    if start_method != "fork" else "see the error above"
-                )  # fmt: skip
+                    if start_method != "fork"
+                    else "see the error above"
+                )
                 raise LaunchError(f"could not start rank {rank}: {type(e).__name__}: {e}; {hint}") from e
             writer.close()  # the child holds the only write end: EOF means it is gone
             ranks.append(_Rank(local, rank, proc, reader))

@@ -189,15 +189,26 @@ def ignite_spawn(
         plan = LaunchPlan.from_arguments(nproc_per_node, nnodes, node_rank, master_addr, master_port)
         check_options(name, plan, join=join, daemon=daemon, init_method=init_method, start_method=start_method)
         job = Job(
-            backend=name, fn=fn, args=checked_args(fn, args), kwargs=dict(kwargs_dict or {}), init_kwargs=init,
-            nproc=nproc_per_node, start_method=start_method,
-        )  # fmt: skip
+            backend=name,
+            fn=fn,
+            args=checked_args(fn, args),
+            kwargs=dict(kwargs_dict or {}),
+            init_kwargs=init,
+            nproc=nproc_per_node,
+            start_method=start_method,
+        )
         return run_driven(job)
     plan = LaunchPlan.from_arguments(nproc_per_node, nnodes, node_rank, master_addr, master_port, init_method)
     handle = start(
-        fn, args, dict(kwargs_dict or {}), plan, daemon=daemon, start_method=start_method,
-        backend=name, init_kwargs=init,
-    )  # fmt: skip
+        fn,
+        args,
+        dict(kwargs_dict or {}),
+        plan,
+        daemon=daemon,
+        start_method=start_method,
+        backend=name,
+        init_kwargs=init,
+    )
     return _finish(handle, join)
 
 

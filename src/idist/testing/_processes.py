@@ -83,9 +83,11 @@ class ProcessWorld(BaseWorld):
             for rank in range(self.world_size):
                 parent, child = ctx.Pipe()
                 p = ctx.Process(
-                    target=_worker, args=(rank, self.world_size, child, self.timeout, self.checked),
-                    name=f"idist-pool-rank{rank}", daemon=True,
-                )  # fmt: skip
+                    target=_worker,
+                    args=(rank, self.world_size, child, self.timeout, self.checked),
+                    name=f"idist-pool-rank{rank}",
+                    daemon=True,
+                )
                 p.start()
                 child.close()
                 self._procs.append(p)

@@ -69,9 +69,11 @@ def _host(world_size: int, conn: mpc.Connection, timeout: float) -> None:
             jobs: queue.Queue[Any] = queue.Queue()
             queues.append(jobs)
             threading.Thread(
-                target=_rank_thread, args=(rank, device, jobs, results, timeout), daemon=True,
+                target=_rank_thread,
+                args=(rank, device, jobs, results, timeout),
+                daemon=True,
                 name=f"idist-xla-rank{rank}",
-            ).start()  # fmt: skip
+            ).start()
         conn.send("ready")
     except BaseException as exc:
         conn.send_bytes(pack(False, exc))

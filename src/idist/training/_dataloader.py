@@ -220,9 +220,13 @@ def _sampler(
             )
         return sampler
     common: dict[str, Any] = {
-        "num_replicas": world, "rank": rank, "seed": seed, "drop_last": drop_last,
-        "even_batches": even_batches, "batch_size": b,
-    }  # fmt: skip
+        "num_replicas": world,
+        "rank": rank,
+        "seed": seed,
+        "drop_last": drop_last,
+        "even_batches": even_batches,
+        "batch_size": b,
+    }
     made: ShardSampler | DistributedProxySampler
     if sampler is None:
         if not isinstance(dataset, Sized):

@@ -25,10 +25,14 @@ def the_data(data: object, dataset: object, dataloader: object) -> Dataset[Any] 
 def settings_of(loader: DataLoader[T]) -> tuple[Dataset[T], dict[str, Any]]:
     """The keyword arguments that rebuild ``loader`` (its sampler as shuffle= when standard)."""
     kw: dict[str, Any] = {
-        "num_workers": loader.num_workers, "timeout": loader.timeout, "worker_init_fn": loader.worker_init_fn,
-        "multiprocessing_context": loader.multiprocessing_context, "generator": loader.generator,
-        "persistent_workers": loader.persistent_workers, "pin_memory_device": loader.pin_memory_device,
-    }  # fmt: skip
+        "num_workers": loader.num_workers,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context,
+        "generator": loader.generator,
+        "persistent_workers": loader.persistent_workers,
+        "pin_memory_device": loader.pin_memory_device,
+    }
     if loader.pin_memory:
         kw["pin_memory"] = True
     if loader.collate_fn not in (default_collate, default_convert):
