@@ -16,7 +16,7 @@ from ._group import Group
 from ._stack import current
 from ._types import GroupArg, ReduceOp
 from .training import AutoDataLoader, _settings
-from .training._options import DDPOptions, FSDPOptions, Strategy
+from .training._options import AutoDataLoaderOptions, DDPOptions, FSDPOptions, OptimOptions, Strategy
 
 if TYPE_CHECKING:
     from .checkpoint import Loaded
@@ -138,26 +138,36 @@ def load_checkpoint(path: str | os.PathLike[str], state: Mapping[str, object], *
     return current().load_checkpoint(path, state, strict=strict)
 
 
-def auto_optim(optimizer: OptimizerT, **kwargs: Any) -> OptimizerT:
+def auto_optim(optimizer: OptimizerT, **kwargs: Unpack[OptimOptions]) -> OptimizerT:
     """``current().auto_optim(optimizer, **kwargs)``: unchanged on serial and torch.distributed."""
     return current().auto_optim(optimizer, **kwargs)
 
 
 @overload
 def auto_dataloader(
-    data: Dataset[T] | DataLoader[T], /, *, dataset: None = None, dataloader: None = None, **kwargs: Any
+    data: Dataset[T] | DataLoader[T],
+    /,
+    *,
+    dataset: None = None,
+    dataloader: None = None,
+    **kwargs: Unpack[AutoDataLoaderOptions],
 ) -> AutoDataLoader[T]: ...
 @overload
 def auto_dataloader(
-    data: None = None, /, *, dataset: Dataset[T], dataloader: None = None, **kwargs: Any
+    data: None = None, /, *, dataset: Dataset[T], dataloader: None = None, **kwargs: Unpack[AutoDataLoaderOptions]
 ) -> AutoDataLoader[T]: ...
 @overload
 def auto_dataloader(
-    data: None = None, /, *, dataset: None = None, dataloader: DataLoader[T], **kwargs: Any
+    data: None = None, /, *, dataset: None = None, dataloader: DataLoader[T], **kwargs: Unpack[AutoDataLoaderOptions]
 ) -> AutoDataLoader[T]: ...
 def auto_dataloader(
-    data: object = None, /, *, dataset: object = None, dataloader: object = None, **kwargs: Any
-) -> AutoDataLoader[Any]:
+    data: object = None,
+    /,
+    *,
+    dataset: object = None,
+    dataloader: object = None,
+    **kwargs: Unpack[AutoDataLoaderOptions],
+) -> AutoDataLoader[object]:
     """``current().auto_dataloader(data, **kwargs)``: this rank's share; ``batch_size`` is global.
 
     The data goes positionally, as ``dataset=`` (ignite's name) or as ``dataloader=`` (a DataLoader).

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable, Iterator, Sized
-from typing import Any, Protocol, cast, final
+from typing import Protocol, SupportsIndex, cast, final
 
 import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler
@@ -95,7 +95,7 @@ class _ShardedBase(DistributedSampler[int]):
     ) -> None:
         if not 0 <= rank < num_replicas:
             raise TrainingSetupError(f"rank={rank} is outside 0..{num_replicas - 1}")
-        dataset = cast("Dataset[Any]", source)  # DistributedSampler only takes its len()
+        dataset = cast("Dataset[object]", source)  # DistributedSampler only takes its len()
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
         self.length = length
         self.even_batches = even_batches
@@ -177,7 +177,7 @@ class DistributedProxySampler(_ShardedBase):
 
     def __init__(
         self,
-        sampler: Sampler[Any],
+        sampler: Sampler[SupportsIndex],
         num_replicas: int | None = None,
         rank: int | None = None,
         *,

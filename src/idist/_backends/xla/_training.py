@@ -28,6 +28,7 @@ from ...training._dataloader import AutoDataLoader
 from . import _lib
 
 if TYPE_CHECKING:
+    from ...training._options import OptimOptions
     from ._context import XlaContext
 
 T = TypeVar("T")
@@ -39,7 +40,7 @@ logger = logging.getLogger("idist.training")
 WRAPPED = "_idist_xla_step"
 
 
-def wrap_model(ctx: XlaContext, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
+def wrap_model(ctx: XlaContext, model: nn.Module, sync_bn: bool, kwargs: dict[str, object]) -> nn.Module:
     """The model itself, on the XLA device, holding rank 0's parameters and buffers."""
     hint = (
         "idist has no synchronized BatchNorm for XLA; drop sync_bn (each replica normalizes its own batch) "
@@ -86,7 +87,7 @@ def _reduce_gradients(ctx: XlaContext, optimizer: torch.optim.Optimizer) -> None
             offset += n
 
 
-def wrap_optimizer(ctx: XlaContext, optimizer: OptimizerT, kwargs: dict[str, Any]) -> OptimizerT:
+def wrap_optimizer(ctx: XlaContext, optimizer: OptimizerT, kwargs: OptimOptions) -> OptimizerT:
     """``optimizer`` itself; its ``step()`` averages the gradients over the replicas first."""
     if kwargs:
         raise TrainingSetupError(f"auto_optim on XLA takes no options, got {sorted(kwargs)}")
