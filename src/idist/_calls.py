@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 TensorT = TypeVar("TensorT", bound=torch.Tensor)
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 
@@ -36,7 +36,7 @@ def all_reduce(tensor: bool, op: ReduceOp = "SUM", group: GroupArg = None) -> bo
 def all_reduce(tensor: int, op: ReduceOp = "SUM", group: GroupArg = None) -> int: ...
 @overload
 def all_reduce(tensor: float, op: ReduceOp = "SUM", group: GroupArg = None) -> float: ...
-def all_reduce(tensor: Any, op: ReduceOp = "SUM", group: GroupArg = None) -> Any:
+def all_reduce(tensor: torch.Tensor | float, op: ReduceOp = "SUM", group: GroupArg = None) -> torch.Tensor | float:
     """``current().all_reduce(tensor, op, group)``; see ``DistContext.all_reduce``."""
     return current().all_reduce(tensor, op, group)
 
@@ -45,7 +45,7 @@ def all_reduce(tensor: Any, op: ReduceOp = "SUM", group: GroupArg = None) -> Any
 def all_gather(tensor: torch.Tensor, group: GroupArg = None) -> list[torch.Tensor]: ...
 @overload
 def all_gather(tensor: T, group: GroupArg = None) -> list[T]: ...
-def all_gather(tensor: Any, group: GroupArg = None) -> list[Any]:
+def all_gather(tensor: T, group: GroupArg = None) -> list[T]:
     """``current().all_gather(tensor, group)``: one entry per rank, in rank order."""
     return current().all_gather(tensor, group)
 

@@ -238,7 +238,7 @@ class ContextCore(ABC, Generic[CommT]):
         except IdistError as exc:
             return self._state.world, exc
 
-    def _outside(self, comm: CommT | None, call: str, x: object, error: IdistError | None, src: int = -1) -> object:
+    def _outside(self, comm: CommT | None, call: str, x: T, error: IdistError | None, src: int = -1) -> T:
         """What a rank outside the group returns: ``x``, once a bystander took its part (``_stand_by``)."""
         if comm is not None:
             self._stand_by(comm, call, src, error)

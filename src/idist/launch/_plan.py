@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-from typing import Any, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
 import attrs
 
@@ -115,7 +115,7 @@ def port_number(port: object) -> int | None:
     return value
 
 
-def checked_args(fn: object, args: object) -> tuple[Any, ...]:
+def checked_args(fn: object, args: object) -> tuple[object, ...]:
     """``args`` as a tuple, or ``LaunchConfigError`` when ``fn`` or ``args`` cannot work."""
     if not callable(fn):
         raise LaunchConfigError(f"fn must be callable, got {fn!r}")

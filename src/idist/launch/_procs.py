@@ -11,7 +11,7 @@ import multiprocessing as mp
 import os
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -20,6 +20,8 @@ from ._child import ChildSpec, child_main
 from ._handle import SpawnHandle, _Rank
 from ._plan import LaunchPlan, check_start_method, checked_args
 from ._ports import LOOPBACK, PortReservation, reserve_port
+
+R = TypeVar("R")
 
 #: Per-rank variables from an enclosing launcher that would contradict the rank the child
 #: is given; removed in the child.
@@ -68,18 +70,18 @@ INHERITED_RANK_VARS = (
 
 
 def start(
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
+    fn: Callable[..., R],
+    args: tuple[object, ...],
+    kwargs: Mapping[str, object],
     plan: LaunchPlan,
     *,
     daemon: bool = False,
     start_method: str = "spawn",
     backend: str | None = None,
-    init_kwargs: Mapping[str, Any] | None = None,
+    init_kwargs: Mapping[str, object] | None = None,
     rank_env: bool = True,
     extra_env: Mapping[str, str] | None = None,
-) -> SpawnHandle[Any]:
+) -> SpawnHandle[R]:
     """Start ``plan.nproc_per_node`` ranks running ``fn``; see ``idist.spawn``.
 
     ``rank_env=False`` starts processes that are not ranks themselves (a launcher such as
@@ -96,9 +98,9 @@ def start(
         plan = attrs.evolve(plan, master_addr=addr, master_port=reservation.port)
     elif rank_env:
         plan = attrs.evolve(plan, master_addr=addr)
-    ctx: Any = mp.get_context(start_method)
+    ctx: Any = mp.get_context(start_method)  # typeshed: a BaseContext, which has no Process
     ranks: list[_Rank] = []
-    handle: SpawnHandle[Any] = SpawnHandle(ranks, reservation, plan)
+    handle: SpawnHandle[R] = SpawnHandle(ranks, reservation, plan)
     # -1: a forkserver child's parent is the server; a launch from another thread than the main
     # one may outlive that thread, and PR_SET_PDEATHSIG would follow the thread
     main_thread = threading.current_thread() is threading.main_thread()
