@@ -16,14 +16,14 @@ from ._group import Group
 from ._stack import current
 from ._types import GroupArg, ReduceOp
 from .training import AutoDataLoader, _settings
-from .training._options import DDPOptions, FSDPOptions, Strategy
+from .training._options import AutoDataLoaderOptions, DDPOptions, FSDPOptions, OptimOptions, Strategy
 
 if TYPE_CHECKING:
     from .checkpoint import Loaded
 
 T = TypeVar("T")
 TensorT = TypeVar("TensorT", bound=torch.Tensor)
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 
@@ -36,7 +36,7 @@ def all_reduce(tensor: bool, op: ReduceOp = "SUM", group: GroupArg = None) -> bo
 def all_reduce(tensor: int, op: ReduceOp = "SUM", group: GroupArg = None) -> int: ...
 @overload
 def all_reduce(tensor: float, op: ReduceOp = "SUM", group: GroupArg = None) -> float: ...
-def all_reduce(tensor: Any, op: ReduceOp = "SUM", group: GroupArg = None) -> Any:
+def all_reduce(tensor: torch.Tensor | float, op: ReduceOp = "SUM", group: GroupArg = None) -> torch.Tensor | float:
     """``current().all_reduce(tensor, op, group)``; see ``DistContext.all_reduce``."""
     return current().all_reduce(tensor, op, group)
 
@@ -45,7 +45,7 @@ def all_reduce(tensor: Any, op: ReduceOp = "SUM", group: GroupArg = None) -> Any
 def all_gather(tensor: torch.Tensor, group: GroupArg = None) -> list[torch.Tensor]: ...
 @overload
 def all_gather(tensor: T, group: GroupArg = None) -> list[T]: ...
-def all_gather(tensor: Any, group: GroupArg = None) -> list[Any]:
+def all_gather(tensor: T, group: GroupArg = None) -> list[T]:
     """``current().all_gather(tensor, group)``: one entry per rank, in rank order."""
     return current().all_gather(tensor, group)
 
@@ -138,26 +138,36 @@ def load_checkpoint(path: str | os.PathLike[str], state: Mapping[str, object], *
     return current().load_checkpoint(path, state, strict=strict)
 
 
-def auto_optim(optimizer: OptimizerT, **kwargs: Any) -> OptimizerT:
+def auto_optim(optimizer: OptimizerT, **kwargs: Unpack[OptimOptions]) -> OptimizerT:
     """``current().auto_optim(optimizer, **kwargs)``: unchanged on serial and torch.distributed."""
     return current().auto_optim(optimizer, **kwargs)
 
 
 @overload
 def auto_dataloader(
-    data: Dataset[T] | DataLoader[T], /, *, dataset: None = None, dataloader: None = None, **kwargs: Any
+    data: Dataset[T] | DataLoader[T],
+    /,
+    *,
+    dataset: None = None,
+    dataloader: None = None,
+    **kwargs: Unpack[AutoDataLoaderOptions],
 ) -> AutoDataLoader[T]: ...
 @overload
 def auto_dataloader(
-    data: None = None, /, *, dataset: Dataset[T], dataloader: None = None, **kwargs: Any
+    data: None = None, /, *, dataset: Dataset[T], dataloader: None = None, **kwargs: Unpack[AutoDataLoaderOptions]
 ) -> AutoDataLoader[T]: ...
 @overload
 def auto_dataloader(
-    data: None = None, /, *, dataset: None = None, dataloader: DataLoader[T], **kwargs: Any
+    data: None = None, /, *, dataset: None = None, dataloader: DataLoader[T], **kwargs: Unpack[AutoDataLoaderOptions]
 ) -> AutoDataLoader[T]: ...
 def auto_dataloader(
-    data: object = None, /, *, dataset: object = None, dataloader: object = None, **kwargs: Any
-) -> AutoDataLoader[Any]:
+    data: object = None,
+    /,
+    *,
+    dataset: object = None,
+    dataloader: object = None,
+    **kwargs: Unpack[AutoDataLoaderOptions],
+) -> AutoDataLoader[object]:
     """``current().auto_dataloader(data, **kwargs)``: this rank's share; ``batch_size`` is global.
 
     The data goes positionally, as ``dataset=`` (ignite's name) or as ``dataloader=`` (a DataLoader).

@@ -22,10 +22,22 @@ from ._frame import HEADER, Frame, Tag, aligned, head, host, read_head, string_a
 _F64 = struct.Struct("<d")
 
 DTYPES: tuple[torch.dtype, ...] = (
-    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-    torch.float16, torch.bfloat16, torch.float32, torch.float64,
-    torch.complex64, torch.complex128, torch.uint16, torch.uint32, torch.uint64,
-)  # fmt: skip
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+    torch.complex128,
+    torch.uint16,
+    torch.uint32,
+    torch.uint64,
+)
 DTYPE_CODE: dict[torch.dtype, int] = {dt: i for i, dt in enumerate(DTYPES)}
 
 
@@ -133,9 +145,17 @@ def encode_error(exc: IdistError) -> Frame:
 
 
 _NONE, _BOOL, _INT, _FLOAT, _STR, _BYTES, _PATH, _TENSOR, _PICKLE, _REDUCE = (
-    int(Tag.NONE), int(Tag.BOOL), int(Tag.INT), int(Tag.FLOAT), int(Tag.STR),
-    int(Tag.BYTES), int(Tag.PATH), int(Tag.TENSOR), int(Tag.PICKLE), int(Tag.REDUCE),
-)  # fmt: skip
+    int(Tag.NONE),
+    int(Tag.BOOL),
+    int(Tag.INT),
+    int(Tag.FLOAT),
+    int(Tag.STR),
+    int(Tag.BYTES),
+    int(Tag.PATH),
+    int(Tag.TENSOR),
+    int(Tag.PICKLE),
+    int(Tag.REDUCE),
+)
 
 
 def decode_tensor(buf: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@ __all__ = ["DistContext"]
 
 T = TypeVar("T")
 TensorT = TypeVar("TensorT", bound=torch.Tensor)
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 
 @attrs.frozen(eq=False, kw_only=True)
@@ -147,7 +147,7 @@ class DistContext(TrainingMethods[CommT]):
     def all_gather(self, tensor: torch.Tensor, group: GroupArg = None) -> list[torch.Tensor]: ...
     @overload
     def all_gather(self, tensor: T, group: GroupArg = None) -> list[T]: ...
-    def all_gather(self, tensor: object, group: GroupArg = None) -> list[Any]:
+    def all_gather(self, tensor: T, group: GroupArg = None) -> list[T]:
         """One entry per rank of the group, in rank order.
 
         Tensors may differ in shape between ranks (any dimension) but not in dtype.
@@ -156,7 +156,7 @@ class DistContext(TrainingMethods[CommT]):
         """
         return self._all_gather(tensor, group)
 
-    def _all_gather(self, x: object, group: GroupArg) -> list[Any]:
+    def _all_gather(self, x: T, group: GroupArg) -> list[T]:
         comm, error = self._enter(group)
         if comm is None or comm.group_rank < 0:
             return [self._outside(comm, "all_gather", x, None)]

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from torch.optim import Optimizer
 
     from .training import AutoDataLoader
+    from .training._options import OptimOptions
 
 T = TypeVar("T")
 OptimizerT = TypeVar("OptimizerT", bound="Optimizer")
@@ -95,7 +96,7 @@ class ContextCore(ABC, Generic[CommT]):
     @classmethod
     @abstractmethod
     def create(cls, name: str, /, **options: Any) -> Self:
-        """A new context for backend ``name`` (``initialize``'s options)."""
+        """A new context for backend ``name`` (``initialize``'s options, each backend its own)."""
 
     @classmethod
     @abstractmethod
@@ -149,9 +150,14 @@ class ContextCore(ABC, Generic[CommT]):
             torch.cuda.synchronize(self.device)
 
     def _checkpoint(
-        self, comm: CommT, call: str, op: str = "", src: str = "", value: object = None,
+        self,
+        comm: CommT,
+        call: str,
+        op: str = "",
+        src: str = "",
+        value: object = None,
         error: IdistError | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Before a collective moves data: ``error`` is what this rank found wrong on its own.
 
         A backend raises it so that no peer is left waiting or paired with a later call (native:
@@ -232,7 +238,7 @@ class ContextCore(ABC, Generic[CommT]):
         except IdistError as exc:
             return self._state.world, exc
 
-    def _outside(self, comm: CommT | None, call: str, x: object, error: IdistError | None, src: int = -1) -> object:
+    def _outside(self, comm: CommT | None, call: str, x: T, error: IdistError | None, src: int = -1) -> T:
         """What a rank outside the group returns: ``x``, once a bystander took its part (``_stand_by``)."""
         if comm is not None:
             self._stand_by(comm, call, src, error)
@@ -252,10 +258,10 @@ class ContextCore(ABC, Generic[CommT]):
         return self._native_group_comm(group)
 
     # Training hooks: what a backend overrides; the shared logic calls them.
-    def _wrap_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
+    def _wrap_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, object]) -> nn.Module:
         return _model.wrap_single_process(self, model, sync_bn, kwargs)
 
-    def _shard_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
+    def _shard_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, object]) -> nn.Module:
         """``auto_model(strategy="fsdp")``; a backend that cannot shard says what to use instead."""
         raise TrainingSetupError(
             f"auto_model(strategy='fsdp') needs torch.distributed; {type(self).__name__} ({self.backend}) "
@@ -270,7 +276,7 @@ class ContextCore(ABC, Generic[CommT]):
         """The torch process group checkpoints are written over; None: rank 0 writes a replicated model alone."""
         return None
 
-    def _wrap_optimizer(self, optimizer: OptimizerT, kwargs: dict[str, Any]) -> OptimizerT:
+    def _wrap_optimizer(self, optimizer: OptimizerT, kwargs: OptimOptions) -> OptimizerT:
         return _optim.keep_optimizer(self, optimizer, kwargs)
 
     def _loader_pin_memory(self, requested: bool | None) -> bool:

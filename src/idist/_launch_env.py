@@ -35,9 +35,17 @@ class LaunchInfo:
 
 
 def _info(
-    launcher: str, rank: int, world: int, local: int, nproc: int, node: int, nnodes: int,
-    addr: str | None, port: int | None, decided: Mapping[str, str],
-) -> LaunchInfo:  # fmt: skip
+    launcher: str,
+    rank: int,
+    world: int,
+    local: int,
+    nproc: int,
+    node: int,
+    nnodes: int,
+    addr: str | None,
+    port: int | None,
+    decided: Mapping[str, str],
+) -> LaunchInfo:
     topology = Topology(
         rank=rank, world_size=world, local_rank=local, nproc_per_node=nproc, node_rank=node, nnodes=nnodes
     )
@@ -47,8 +55,17 @@ def _info(
 
 
 #: variables that count something (at least 1); every other integer variable is an index (at least 0)
-_COUNTS = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "NNODES", "SLURM_NTASKS", "SLURM_NNODES", "OMPI_COMM_WORLD_SIZE",
-           "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_SIZE", "MPI_LOCALNRANKS")  # fmt: skip
+_COUNTS = (
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "NNODES",
+    "SLURM_NTASKS",
+    "SLURM_NNODES",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "PMI_SIZE",
+    "MPI_LOCALNRANKS",
+)
 
 
 def _int(env: Mapping[str, str], name: str) -> int:
@@ -125,9 +142,10 @@ def _torchrun(env: Mapping[str, str], need_master: bool = True) -> LaunchInfo:
         ),
         "master": (
             f"MASTER_ADDR={env['MASTER_ADDR']} MASTER_PORT={env['MASTER_PORT']}"
-            if "MASTER_ADDR" in env and "MASTER_PORT" in env else "init_method (no MASTER_ADDR/MASTER_PORT)"
+            if "MASTER_ADDR" in env and "MASTER_PORT" in env
+            else "init_method (no MASTER_ADDR/MASTER_PORT)"
         ),
-    }  # fmt: skip
+    }
     addr = env.get("MASTER_ADDR")
     port = _int(env, "MASTER_PORT") if "MASTER_PORT" in env else None
     return _info("torchrun", rank, world, local, nproc, node, nnodes, addr, port, decided)
@@ -136,7 +154,8 @@ def _torchrun(env: Mapping[str, str], need_master: bool = True) -> LaunchInfo:
 def _slurm(env: Mapping[str, str]) -> LaunchInfo:
     _require(env, SLURM, "SLURM")
     rank, world = _int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS")
-    hosts = expand_hostlist(env["SLURM_JOB_NODELIST"])
+    hostlist = env["SLURM_JOB_NODELIST"]
+    hosts = expand_hostlist(hostlist)
     nnodes = _int(env, "SLURM_NNODES") if "SLURM_NNODES" in env else len(hosts)
     local = _int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0
     node = _int(env, "SLURM_NODEID") if "SLURM_NODEID" in env else 0
@@ -145,18 +164,15 @@ def _slurm(env: Mapping[str, str]) -> LaunchInfo:
     nproc = int(m.group()) if m else max(1, world // max(nnodes, 1))
     addr = env.get("MASTER_ADDR", hosts[0] if hosts else None)
     port = _int(env, "MASTER_PORT") if "MASTER_PORT" in env else 15000 + _int(env, "SLURM_JOB_ID") % 20000
+    master = f"MASTER_ADDR={addr}" if "MASTER_ADDR" in env else f"first host of SLURM_JOB_NODELIST={hostlist}"
+    master += " MASTER_PORT" if "MASTER_PORT" in env else f", port 15000 + SLURM_JOB_ID={env['SLURM_JOB_ID']} % 20000"
     decided = {
         "rank": f"SLURM_PROCID={env['SLURM_PROCID']}",
         "world_size": f"SLURM_NTASKS={env['SLURM_NTASKS']}",
         "local_rank": f"SLURM_LOCALID={env.get('SLURM_LOCALID', '(unset, 0)')}",
         "nproc_per_node": f"SLURM_TASKS_PER_NODE={per_node or '(unset)'}",
-        "master": (
-            f"MASTER_ADDR={addr}" if "MASTER_ADDR" in env
-            else f"first host of SLURM_JOB_NODELIST={env['SLURM_JOB_NODELIST']}"
-        ) + (
-            " MASTER_PORT" if "MASTER_PORT" in env else f", port 15000 + SLURM_JOB_ID={env['SLURM_JOB_ID']} % 20000"
-        ),
-    }  # fmt: skip
+        "master": master,
+    }
     return _info("slurm", rank, world, local, nproc, node, nnodes, addr, port, decided)
 
 
@@ -176,11 +192,12 @@ def _mpi(env: Mapping[str, str], launcher: str, names: dict[str, str], job: str 
         port = None
     fields = {"rank": "rank", "size": "world_size", "local_rank": "local_rank", "local_size": "nproc_per_node"}
     decided = {fields[k]: f"{v}={env[v]}" for k, v in names.items() if v in env}
-    decided["master"] = (
-        f"MASTER_ADDR/MASTER_PORT={addr}:{port}" if "MASTER_PORT" in env
-        else f"single node: {addr}, port from {job}" if port is not None
-        else "unset: set MASTER_ADDR and MASTER_PORT for a multi-node gloo/nccl job"
-    )  # fmt: skip
+    if "MASTER_PORT" in env:
+        decided["master"] = f"MASTER_ADDR/MASTER_PORT={addr}:{port}"
+    elif port is not None:
+        decided["master"] = f"single node: {addr}, port from {job}"
+    else:
+        decided["master"] = "unset: set MASTER_ADDR and MASTER_PORT for a multi-node gloo/nccl job"
     return _info(launcher, rank, world, local, nproc, node, nnodes, addr, port, decided)
 
 

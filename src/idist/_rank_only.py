@@ -15,14 +15,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from ._errors import CollectiveInputError, LeaderFailedError
 
 if TYPE_CHECKING:
     from ._context import DistContext
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 
 def _check(ctx: DistContext, rank: int, local: bool) -> None:
@@ -52,7 +52,7 @@ def one_rank_only(resolve: Callable[[], DistContext], rank: int = 0, with_barrie
 
     def decorator(fn: F) -> F:
         @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def wrapper(*args: object, **kwargs: object) -> object:
             c = resolve()
             _check(c, rank, local=False)
             if c.rank != rank:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import socket
 from contextlib import AbstractContextManager
-from typing import Any, final, overload
+from typing import final, overload
 
 import torch
+from typing_extensions import Unpack
 
 from . import _backends, _stack
 from ._backends.horovod import HorovodContext
@@ -17,43 +18,57 @@ from ._backends.xla import XlaContext
 from ._context import DistContext
 from ._errors import LaunchConfigError
 from ._stack import current
-from ._types import BackendName, HorovodBackend, ModelName, NativeBackend, SerialBackend, XlaBackend
+from ._types import (
+    BackendName,
+    HorovodBackend,
+    HorovodOptions,
+    ModelName,
+    NativeBackend,
+    NativeOptions,
+    SerialBackend,
+    XlaBackend,
+    XlaOptions,
+)
 
 
 # ------------------------------------------------------------------- setup
+# Without a backend the launcher's may be any: torch.distributed's options (the most) type-check, and the
+# backend chosen refuses those it does not take when it is created.
 @overload
-def initialize(backend: None = None, **kwargs: Any) -> DistContext: ...
+def initialize(backend: None = None, **kwargs: Unpack[NativeOptions]) -> DistContext: ...
 @overload
-def initialize(backend: SerialBackend, **kwargs: Any) -> SerialContext: ...
+def initialize(backend: SerialBackend) -> SerialContext: ...
 @overload
-def initialize(backend: NativeBackend, **kwargs: Any) -> NativeContext: ...
+def initialize(backend: NativeBackend, **kwargs: Unpack[NativeOptions]) -> NativeContext: ...
 @overload
-def initialize(backend: HorovodBackend, **kwargs: Any) -> HorovodContext: ...
+def initialize(backend: HorovodBackend, **kwargs: Unpack[HorovodOptions]) -> HorovodContext: ...
 @overload
-def initialize(backend: XlaBackend, **kwargs: Any) -> XlaContext: ...
-def initialize(backend: BackendName | None = None, **kwargs: Any) -> DistContext:
+def initialize(backend: XlaBackend, **kwargs: Unpack[XlaOptions]) -> XlaContext: ...
+def initialize(backend: BackendName | None = None, **kwargs: object) -> DistContext:
     """Create the process-wide default context and return it.
 
     With no backend, the launcher's environment decides (torchrun / idist.spawn, SLURM,
     OpenMPI, MPICH, horovodrun); with none present it is a ``SerialContext``. Options:
     ``rank``, ``world_size``, ``init_method``, ``master_addr``, ``master_port``, ``store``,
-    ``timeout`` (seconds). Raises ``UnknownBackendError`` (lists the available ones),
-    ``BackendUnavailableError``, ``LaunchEnvironmentError`` or ``AlreadyInitializedError``.
+    ``timeout`` (seconds) and ``checked`` for torch.distributed, ``timeout`` for Horovod and
+    XLA, none for serial; an option the backend does not take raises ``TypeError``. Raises
+    ``UnknownBackendError`` (lists the available ones), ``BackendUnavailableError``,
+    ``LaunchEnvironmentError`` or ``AlreadyInitializedError``.
     """
     return _stack.initialize(backend, **kwargs)
 
 
 @overload
-def context(backend: None = None, **kwargs: Any) -> AbstractContextManager[DistContext]: ...
+def context(backend: None = None, **kwargs: Unpack[NativeOptions]) -> AbstractContextManager[DistContext]: ...
 @overload
-def context(backend: SerialBackend, **kwargs: Any) -> AbstractContextManager[SerialContext]: ...
+def context(backend: SerialBackend) -> AbstractContextManager[SerialContext]: ...
 @overload
-def context(backend: NativeBackend, **kwargs: Any) -> AbstractContextManager[NativeContext]: ...
+def context(backend: NativeBackend, **kwargs: Unpack[NativeOptions]) -> AbstractContextManager[NativeContext]: ...
 @overload
-def context(backend: HorovodBackend, **kwargs: Any) -> AbstractContextManager[HorovodContext]: ...
+def context(backend: HorovodBackend, **kwargs: Unpack[HorovodOptions]) -> AbstractContextManager[HorovodContext]: ...
 @overload
-def context(backend: XlaBackend, **kwargs: Any) -> AbstractContextManager[XlaContext]: ...
-def context(backend: BackendName | None = None, **kwargs: Any) -> AbstractContextManager[DistContext]:
+def context(backend: XlaBackend, **kwargs: Unpack[XlaOptions]) -> AbstractContextManager[XlaContext]: ...
+def context(backend: BackendName | None = None, **kwargs: object) -> AbstractContextManager[DistContext]:
     """``with idist.context("gloo") as ctx:`` creates a context, makes it current for the
     block (in this thread/task only) and finalizes it on exit, also on an exception."""
     return _stack.scoped(backend, **kwargs)

@@ -13,7 +13,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
 
 from . import _backends
 from ._backends.serial import SerialContext
@@ -68,11 +67,11 @@ def current() -> DistContext:
     return _serial
 
 
-def create(backend: str | None, **kwargs: Any) -> DistContext:
+def create(backend: str | None, **kwargs: object) -> DistContext:
     return _backends.create(backend if backend is not None else detect_backend(), **kwargs)
 
 
-def initialize(backend: str | None = None, **kwargs: Any) -> DistContext:
+def initialize(backend: str | None = None, **kwargs: object) -> DistContext:
     global _default
     with _lock:
         if _default is not None and not _default.closed:
@@ -103,7 +102,7 @@ def use(ctx: DistContext) -> Iterator[DistContext]:
 
 
 @contextmanager
-def scoped(backend: str | None, **kwargs: Any) -> Iterator[DistContext]:
+def scoped(backend: str | None, **kwargs: object) -> Iterator[DistContext]:
     ctx = create(backend, **kwargs)
     try:
         with use(ctx):

@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
+from typing import TYPE_CHECKING, TypeVar, cast, overload
 
 from typing_extensions import Unpack
 
 from ._core import CommT, ContextCore
 from .training import _accumulate, _dataloader, _model, _optim, _settings
-from .training._options import DDPOptions, FSDPOptions, Strategy
+from .training._options import AutoDataLoaderOptions, DDPOptions, FSDPOptions, OptimOptions, Strategy
 
 if TYPE_CHECKING:
     from typing import Literal
@@ -49,18 +49,26 @@ class TrainingMethods(ContextCore[CommT]):
 
     @overload
     def auto_model(
-        self: TrainingMethods[NativeComm] | TrainingMethods[SelfComm], model: nn.Module, sync_bn: bool = False,
-        *, strategy: Literal["ddp"] = "ddp", **kwargs: Unpack[DDPOptions],
-    ) -> nn.Module: ...  # fmt: skip
+        self: TrainingMethods[NativeComm] | TrainingMethods[SelfComm],
+        model: nn.Module,
+        sync_bn: bool = False,
+        *,
+        strategy: Literal["ddp"] = "ddp",
+        **kwargs: Unpack[DDPOptions],
+    ) -> nn.Module: ...
     @overload
     def auto_model(
-        self: TrainingMethods[NativeComm] | TrainingMethods[SelfComm], model: nn.Module, sync_bn: bool = False,
-        *, strategy: Literal["fsdp"], **kwargs: Unpack[FSDPOptions],
-    ) -> nn.Module: ...  # fmt: skip
+        self: TrainingMethods[NativeComm] | TrainingMethods[SelfComm],
+        model: nn.Module,
+        sync_bn: bool = False,
+        *,
+        strategy: Literal["fsdp"],
+        **kwargs: Unpack[FSDPOptions],
+    ) -> nn.Module: ...
     @overload
     def auto_model(self, model: nn.Module, sync_bn: bool = False, **kwargs: Unpack[DDPOptions]) -> nn.Module: ...
     def auto_model(
-        self, model: nn.Module, sync_bn: bool = False, *, strategy: Strategy = "ddp", **kwargs: Any
+        self, model: nn.Module, sync_bn: bool = False, *, strategy: Strategy = "ddp", **kwargs: object
     ) -> nn.Module:
         """The model on this context's device, replicated or sharded over the ranks.
 
@@ -74,25 +82,49 @@ class TrainingMethods(ContextCore[CommT]):
         """
         return _model.auto_model(self._context, model, sync_bn, strategy, dict(kwargs))
 
-    def auto_optim(self, optimizer: OptimizerT, **kwargs: Any) -> OptimizerT:
+    def auto_optim(self, optimizer: OptimizerT, **kwargs: Unpack[OptimOptions]) -> OptimizerT:
         """The optimizer adapted for this backend (unchanged on serial and torch.distributed)."""
         return _optim.auto_optim(self._context, optimizer, **kwargs)
 
     @overload
     def auto_dataloader(
-        self, data: Dataset[T] | DataLoader[T], /, *, dataset: None = None, dataloader: None = None, **kwargs: Any
+        self,
+        data: Dataset[T] | DataLoader[T],
+        /,
+        *,
+        dataset: None = None,
+        dataloader: None = None,
+        **kwargs: Unpack[AutoDataLoaderOptions],
     ) -> AutoDataLoader[T]: ...
     @overload
     def auto_dataloader(
-        self, data: None = None, /, *, dataset: Dataset[T], dataloader: None = None, **kwargs: Any
+        self,
+        data: None = None,
+        /,
+        *,
+        dataset: Dataset[T],
+        dataloader: None = None,
+        **kwargs: Unpack[AutoDataLoaderOptions],
     ) -> AutoDataLoader[T]: ...
     @overload
     def auto_dataloader(
-        self, data: None = None, /, *, dataset: None = None, dataloader: DataLoader[T], **kwargs: Any
+        self,
+        data: None = None,
+        /,
+        *,
+        dataset: None = None,
+        dataloader: DataLoader[T],
+        **kwargs: Unpack[AutoDataLoaderOptions],
     ) -> AutoDataLoader[T]: ...
     def auto_dataloader(
-        self, data: object = None, /, *, dataset: object = None, dataloader: object = None, **kwargs: Any
-    ) -> AutoDataLoader[Any]:
+        self,
+        data: object = None,
+        /,
+        *,
+        dataset: object = None,
+        dataloader: object = None,
+        **kwargs: Unpack[AutoDataLoaderOptions],
+    ) -> AutoDataLoader[object]:
         """A loader giving this rank its share: ``batch_size`` is the global batch.
 
         Takes a Dataset (plus DataLoader keyword arguments) or a DataLoader (its settings,
@@ -103,8 +135,9 @@ class TrainingMethods(ContextCore[CommT]):
 
     def no_sync(
         self: TrainingMethods[NativeComm] | TrainingMethods[SelfComm] | TrainingMethods[XlaComm],
-        model: nn.Module, enabled: bool = True,
-    ) -> AbstractContextManager[None]:  # fmt: skip
+        model: nn.Module,
+        enabled: bool = True,
+    ) -> AbstractContextManager[None]:
         """``with ctx.no_sync(model):`` backward passes in the block keep their gradients local.
 
         For gradient accumulation: run the first K-1 micro-batches inside, the K-th outside

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 from typing import Any, assert_type
 
 import torch
+from torch._C._distributed_c10d import TCPStore
 
 import idist
 from idist import DistContext, NativeContext, SerialContext
@@ -23,6 +25,22 @@ def static_backend_selection() -> None:
         assert_type(ctx, NativeContext)
     with idist.context() as any_ctx:
         assert_type(any_ctx, DistContext)
+
+
+def initialize_takes_each_backends_own_options(store: TCPStore) -> None:
+    idist.initialize("gloo", rank=0, world_size=2, master_addr="10.0.0.1", master_port=29500, timeout=30.0)
+    idist.initialize("nccl", init_method="env://", timeout=datetime.timedelta(seconds=30), checked=True)
+    idist.initialize(rank=0, world_size=1, store=store)  # the launcher decides: torch.distributed's options
+    idist.initialize("xla-tpu", timeout=60.0)
+    with idist.context("gloo", rank=None, world_size=None, checked=None) as ctx:
+        assert_type(ctx, NativeContext)
+    idist.initialize("serial", timeout=1.0)  # type: ignore[call-overload]
+    idist.initialize("gloo", world=2)  # type: ignore[call-overload]
+    idist.initialize("gloo", rank="0")  # type: ignore[call-overload]
+    idist.initialize("xla-tpu", rank=0)  # type: ignore[call-overload]
+    idist.initialize("xla-tpu", timeout=datetime.timedelta(seconds=1))  # type: ignore[call-overload]
+    idist.context("gloo", nproc_per_node=2)  # type: ignore[call-overload]
+    idist.context("serial", checked=True)  # type: ignore[call-overload]
 
 
 def collectives_are_overloaded_on_the_value(ctx: NativeContext, t: torch.Tensor) -> None:

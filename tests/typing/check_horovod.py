@@ -15,6 +15,18 @@ def horovod_is_selected_statically() -> None:
     with idist.context("horovod") as ctx:
         assert_type(ctx, HorovodContext)
     idist.initialize("hvd")  # type: ignore[call-overload]
+    idist.initialize("horovod", timeout=60.0)
+    idist.context("horovod", timeout=None)
+    idist.initialize("horovod", rank=0)  # type: ignore[call-overload]
+
+
+def auto_optim_takes_horovods_options(h: HorovodContext, m: torch.nn.Module, opt: torch.optim.SGD) -> None:
+    h.auto_optim(opt, op="ADASUM", backward_passes_per_step=4, named_parameters=m.named_parameters())
+    idist.auto_optim(opt, gradient_predivide_factor=2.0, sparse_as_dense=True, num_groups=2)
+    assert_type(idist.auto_optim(opt, op=1, groups=[[p for p in m.parameters()]]), torch.optim.SGD)
+    h.auto_optim(opt, lr=0.1)  # type: ignore[call-arg]
+    idist.auto_optim(opt, op="MEAN")  # type: ignore[arg-type]
+    idist.auto_optim(opt, backward_passes_per_step="4")  # type: ignore[arg-type]
 
 
 def adasum_type_checks_on_horovod_only(hctx: HorovodContext, nctx: NativeContext, t: torch.Tensor) -> None:

@@ -48,6 +48,8 @@ def auto_dataloader_takes_dataset_or_dataloader(ds: Dataset[int], dl: DataLoader
     assert_type(idist.auto_dataloader(dataloader=dl), AutoDataLoader[int])
     assert_type(idist.current().auto_dataloader(dataset=ds), AutoDataLoader[int])
     assert_type(idist.current().auto_dataloader(dataloader=dl), AutoDataLoader[int])
+    # ignite's usual call: a dataset and DataLoader options
+    idist.auto_dataloader(ds, batch_size=32, num_workers=4, shuffle=True, drop_last=True, pin_memory=True)
 
 
 def ignite_names(t: torch.Tensor, weights: list[float]) -> None:

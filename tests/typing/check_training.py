@@ -9,7 +9,14 @@ from typing import Any, assert_type
 import torch
 from torch import nn
 from torch.distributed.fsdp import MixedPrecisionPolicy
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    IterableDataset,
+    SequentialSampler,
+    TensorDataset,
+    WeightedRandomSampler,
+)
 
 import idist
 from idist import AutoDataLoader, DistContext, HorovodContext, NativeContext, SerialContext, XlaContext
@@ -29,6 +36,28 @@ def helpers_keep_their_types(ctx: NativeContext, ds: TensorDataset) -> None:
     loader.set_epoch(3)
     idist.auto_optim(nn.Linear(1, 1))  # type: ignore[type-var]
     idist.auto_model(sgd)  # type: ignore[call-overload]
+
+
+def stack(batch: list[tuple[torch.Tensor, ...]]) -> torch.Tensor:
+    return torch.stack([t for t, *_ in batch])
+
+
+def auto_dataloader_takes_dataloader_options_and_its_own(
+    ctx: DistContext, ds: TensorDataset, stream: IterableDataset[int], weights: list[float]
+) -> None:
+    idist.auto_dataloader(ds, batch_size=8, shuffle=True, num_workers=2, pin_memory=True, drop_last=True)
+    idist.auto_dataloader(ds, per_rank_batch_size=4, sampler=WeightedRandomSampler(weights, 8), even_batches=True)
+    idist.auto_dataloader(ds, batch_sampler=BatchSampler(SequentialSampler(ds), 4, False), seed=3)
+    idist.auto_dataloader(ds, collate_fn=stack, worker_init_fn=lambda worker: None, timeout=5.0)
+    idist.auto_dataloader(ds, num_workers=2, persistent_workers=True, prefetch_factor=4, multiprocessing_context="fork")
+    assert_type(ctx.auto_dataloader(stream, shard_iterable=True, generator=torch.Generator()), AutoDataLoader[int])
+    assert_type(
+        ctx.auto_dataloader(dataloader=DataLoader(ds), batch_size=None), AutoDataLoader[tuple[torch.Tensor, ...]]
+    )
+    idist.auto_dataloader(ds, batchsize=8)  # type: ignore[call-overload]
+    idist.auto_dataloader(ds, seed="3")  # type: ignore[call-overload]
+    idist.auto_dataloader(ds, sampler=[0, 1])  # type: ignore[call-overload]
+    ctx.auto_dataloader(dataset=ds, per_rank_batch_size=2.5)  # type: ignore[call-overload]
 
 
 def fsdp_is_typed_where_the_backend_can_shard(

@@ -8,8 +8,6 @@ torch_xla: a backend class loads its package on ``create`` and raises
 
 from __future__ import annotations
 
-from typing import Any
-
 from .._context import DistContext
 from .._errors import BackendUnavailableError, UnknownBackendError
 from .horovod import HorovodContext
@@ -48,8 +46,9 @@ def require(name: object) -> type[DistContext]:
     return cls
 
 
-def create(name: str, **kwargs: Any) -> DistContext:
-    return context_class(name).create(name, **kwargs)
+def create(name: str, **options: object) -> DistContext:
+    """A new context of backend ``name``; the backend checks ``options`` (``TypeError`` for an unknown one)."""
+    return context_class(name).create(name, **options)
 
 
 def available() -> list[str]:

@@ -37,7 +37,7 @@ class Loaded(dict[str, Any]):
 
     skipped: Skipped
 
-    def __init__(self, values: Mapping[str, Any], skipped: Skipped) -> None:
+    def __init__(self, values: Mapping[str, object], skipped: Skipped) -> None:
         super().__init__(values)
         self.skipped = skipped
 

@@ -111,9 +111,11 @@ def _optimizer_state(
 def _fits(t: object, meta: TensorStorageMetadata) -> bool:
     """Whether DCP can read ``meta``'s tensor straight into ``t``."""
     return (
-        isinstance(t, torch.Tensor) and not _host_only(t) and tuple(t.shape) == tuple(meta.size)
+        isinstance(t, torch.Tensor)
+        and not _host_only(t)
+        and tuple(t.shape) == tuple(meta.size)
         and t.dtype == meta.properties.dtype
-    )  # fmt: skip
+    )
 
 
 def to_load(entries: Entries, metadata: Metadata) -> dict[str, TensorState]:

@@ -20,7 +20,6 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
-from typing import Any
 
 import attrs
 
@@ -33,9 +32,9 @@ PR_SET_PDEATHSIG = 1
 
 @attrs.frozen(kw_only=True)
 class ChildSpec:
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any]
+    fn: Callable[..., object]
+    args: tuple[object, ...]
+    kwargs: Mapping[str, object]
     local_rank: int
     rank: int
     env: Mapping[str, str]
@@ -44,7 +43,7 @@ class ChildSpec:
     parent_pid: int
     #: ignite's form: initialize this backend around fn, finalize after
     backend: str | None = None
-    init_kwargs: Mapping[str, Any] = attrs.field(factory=dict)
+    init_kwargs: Mapping[str, object] = attrs.field(factory=dict)
 
 
 def _watch_parent(parent: int) -> None:
@@ -92,7 +91,7 @@ def _flush() -> None:
             pass
 
 
-def _call(spec: ChildSpec, failed_at: list[float]) -> Any:
+def _call(spec: ChildSpec, failed_at: list[float]) -> object:
     """``fn`` (inside an initialized context for ignite's form); ``failed_at`` gets the time
     fn raised, taken before finalizing breaks the peers (the first failure in time is blamed)."""
     if spec.backend is None:
@@ -117,7 +116,7 @@ def child_main(spec: ChildSpec, conn: Connection) -> None:
     failed_at: list[float] = []
     try:
         result = _call(spec, failed_at)
-        message: tuple[Any, ...] = ("ok", result)
+        message: tuple[object, ...] = ("ok", result)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if code == 0:
@@ -132,14 +131,8 @@ def child_main(spec: ChildSpec, conn: Connection) -> None:
         conn.send(message)
     except Exception as e:  # the result did not pickle
         code = 1
-        conn.send((
-            "error",
-            f"fn returned a {type(message[1]).__qualname__} that cannot be sent to the parent ({_summary(e)}); "
-            "return None or a picklable value",
-            traceback.format_exc(),
-            time.time(),
-            code,
-        ))  # fmt: skip
+        what = f"fn returned a {type(message[1]).__qualname__} that cannot be sent to the parent ({_summary(e)})"
+        conn.send(("error", f"{what}; return None or a picklable value", traceback.format_exc(), time.time(), code))
     conn.close()
     if code:
         sys.exit(code)

@@ -18,7 +18,6 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import attrs
 
@@ -39,10 +38,10 @@ class Job:
     """One ``spawn`` of a driven backend, as the launcher process receives it."""
 
     backend: str
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any]
-    init_kwargs: Mapping[str, Any]
+    fn: Callable[..., object]
+    args: tuple[object, ...]
+    kwargs: Mapping[str, object]
+    init_kwargs: Mapping[str, object]
     nproc: int
     start_method: str
     #: the parent's report folder (``_reports``), set by ``run``
@@ -88,7 +87,7 @@ def check_options(
         )
 
 
-def run(job: Job) -> list[Any]:
+def run(job: Job) -> list[object]:
     """Run ``job`` through its backend's launcher in a launcher process; the results in rank order.
 
     Raises ``BackendUnavailableError`` when the backend's package is missing (checked
@@ -101,16 +100,21 @@ def run(job: Job) -> list[Any]:
         return _run_in(attrs.evolve(job, reports=folder.path))
 
 
-def _run_in(job: Job) -> list[Any]:
+def _run_in(job: Job) -> list[object]:
     # The launcher process and everything it starts keep their temporary files in the report
     # folder, which the parent removes: a process stopped by a signal runs no clean-up, and
     # torch alone leaves a folder per process (torch.distributed.nn's remote-module template).
     tmp = os.path.join(job.reports, "tmp")
     os.mkdir(tmp, 0o700)
     handle = start(
-        drive, (job,), {}, LaunchPlan(nproc_per_node=1), start_method=job.start_method, rank_env=False,
+        drive,
+        (job,),
+        {},
+        LaunchPlan(nproc_per_node=1),
+        start_method=job.start_method,
+        rank_env=False,
         extra_env={"TMPDIR": tmp},
-    )  # fmt: skip
+    )
     try:
         handle.join()
     except LaunchError as exc:
@@ -118,20 +122,21 @@ def _run_in(job: Job) -> list[Any]:
         first = re.sub(r"^rank 0 \(local rank 0\) failed: ", "", str(exc).split("\n", 1)[0])
         raise LaunchError(
             f"the {job.backend} launcher process failed: {first}",
-            exitcode=exc.exitcode, signal_name=exc.signal_name, traceback=exc.traceback,
-        ) from exc  # fmt: skip
+            exitcode=exc.exitcode,
+            signal_name=exc.signal_name,
+            traceback=exc.traceback,
+        ) from exc
     outcome = handle.results[0]
     if isinstance(outcome, BaseException):
         raise outcome
-    results: list[Any] = outcome
-    return results
+    return outcome
 
 
-def drive(local_rank: int, job: Job) -> object:
+def drive(local_rank: int, job: Job) -> list[object] | LaunchError | BackendUnavailableError:
     """The launcher process: the backend's launcher, then the results or the first failure."""
     _, module = DRIVEN[job.backend]
     try:
-        driver: Callable[[Job], list[Any]] = importlib.import_module(module, __package__).drive
+        driver: Callable[[Job], list[object]] = importlib.import_module(module, __package__).drive
         return driver(job)
     except (LaunchError, BackendUnavailableError) as exc:
         return exc  # a value, so that the parent raises it as it is

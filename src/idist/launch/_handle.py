@@ -136,7 +136,7 @@ class SpawnHandle(Generic[R]):
 
     def _step(self, timeout: float | None) -> list[_Failure]:
         pending = [r for r in self._ranks if not r.finished]
-        waitables: list[Any] = [r.conn for r in pending if r.conn is not None]
+        waitables: list[Connection | int] = [r.conn for r in pending if r.conn is not None]
         waitables += [r.process.sentinel for r in pending]
         # A bounded wait also catches a rank whose sentinel is held open by its children.
         ready = set(wait(waitables, timeout=1.0 if timeout is None else min(timeout, 1.0)))
@@ -190,9 +190,13 @@ class SpawnHandle(Generic[R]):
             text += f"\n\nthe other ranks ({', '.join(map(str, stopped))}) were stopped"
         code = f.exitcode if f.exitcode is not None else r.exitcode
         return LaunchError(
-            text, rank=r.rank, local_rank=r.local_rank, exitcode=code,
-            signal_name=signal_name(code) if code is not None else None, traceback=f.traceback,
-        )  # fmt: skip
+            text,
+            rank=r.rank,
+            local_rank=r.local_rank,
+            exitcode=code,
+            signal_name=signal_name(code) if code is not None else None,
+            traceback=f.traceback,
+        )
 
     def terminate(self) -> None:
         """Stop every rank still running (SIGTERM, then SIGKILL after a grace period)."""

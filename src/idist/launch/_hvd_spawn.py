@@ -15,7 +15,6 @@ import os
 import re
 import signal
 import sys
-from typing import Any
 
 import attrs
 
@@ -41,7 +40,7 @@ class _HorovodRank:
         call_rank(self.job, rank, local_rank, self.reporter, scoped=False)
 
 
-def drive(job: Job) -> list[Any]:
+def drive(job: Job) -> list[object]:
     """In the launcher process: ``horovod.run`` on this host, then results or the first failure."""
     _lib.load()  # BackendUnavailableError with the hint when horovod.torch cannot load
     import horovod  # the launcher process imports horovod itself: it runs horovod.run
@@ -92,7 +91,7 @@ def _reachable_from_ranks(job: Job) -> None:
     PYTHONPATH alone, so the script's folder (which ``multiprocessing`` put on this
     process's path) is passed on through PYTHONPATH.
     """
-    cloudpickle: Any = importlib.import_module("cloudpickle")  # horovod's dependency, untyped
+    cloudpickle = importlib.import_module("cloudpickle")  # horovod's dependency, untyped
     for obj in (job.fn, *job.args, *job.kwargs.values()):
         name = getattr(obj, "__module__", None) or getattr(type(obj), "__module__", None)
         if name in ("__main__", "__mp_main__") and name in sys.modules:
@@ -130,5 +129,8 @@ def _unreported(exc: Exception, world_size: int, silent: list[int]) -> LaunchErr
     return LaunchError(
         f"rank {rank} (local rank {rank}) {what} before fn returned (Horovod's report; its output above has "
         "the details)" + (f"\n\nthe other ranks ({others}) were stopped" if others else ""),
-        rank=rank, local_rank=rank, exitcode=code, signal_name=sig,
-    )  # fmt: skip
+        rank=rank,
+        local_rank=rank,
+        exitcode=code,
+        signal_name=sig,
+    )

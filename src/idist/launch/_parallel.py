@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import ExitStack
 from types import TracebackType
-from typing import Any, TypeVar, final
+from typing import TypedDict, TypeVar, final
 
 import torch
+from typing_extensions import Unpack
 
 from .. import _stack
 from .._backends import require
@@ -24,10 +25,19 @@ from .._context import DistContext
 from .._detect import launched_by
 from .._errors import LaunchConfigError
 from .._log import visible_logger
-from ._plan import LaunchPlan
+from ._plan import LaunchPlan, StartMethod
 from ._spawn import ignite_spawn
 
 R = TypeVar("R")
+
+
+class ParallelOptions(TypedDict, total=False):
+    """``Parallel``'s ``**spawn_kwargs``: options for ``spawn`` (``timeout`` also initializes in place)."""
+
+    join: bool  # run always joins: False raises LaunchConfigError
+    daemon: bool
+    start_method: StartMethod
+    timeout: float | None
 
 
 def _default_spawn_backend() -> str:
@@ -67,7 +77,7 @@ class Parallel:
         init_method: str | None = None,
         *,
         nprocs: int | None = None,
-        **spawn_kwargs: Any,
+        **spawn_kwargs: Unpack[ParallelOptions],
     ) -> None:
         if nprocs is not None and nproc_per_node is not None and nprocs != nproc_per_node:
             raise LaunchConfigError(f"nprocs={nprocs} and nproc_per_node={nproc_per_node} disagree; pass one of them")
@@ -97,8 +107,9 @@ class Parallel:
         self.spawn_kwargs = spawn_kwargs
         self.plan = (
             LaunchPlan.from_arguments(n, nnodes, node_rank, master_addr, master_port, init_method)
-            if n is not None else None
-        )  # fmt: skip
+            if n is not None
+            else None
+        )
         self._ctx: DistContext | None = None
         self._scope: ExitStack | None = None
         self._log = visible_logger("idist.launch")
@@ -115,8 +126,13 @@ class Parallel:
     def __enter__(self) -> Parallel:
         if self.plan is not None:
             p = self.plan
-            params = {"nproc_per_node": p.nproc_per_node, "nnodes": p.nnodes, "node_rank": p.node_rank,
-                      "master_addr": p.master_addr, "master_port": p.master_port}  # fmt: skip
+            params = {
+                "nproc_per_node": p.nproc_per_node,
+                "nnodes": p.nnodes,
+                "node_rank": p.node_rank,
+                "master_addr": p.master_addr,
+                "master_port": p.master_port,
+            }
             shown = "".join(f"\n\t{k}: {v}" for k, v in params.items() if v is not None)
             self._log.info("Initialized distributed launcher with backend: %r", self._spawn_backend())
             self._log.info("- Parameters to spawn processes: %s", shown)
@@ -125,7 +141,7 @@ class Parallel:
         return self
 
     def _initialize(self) -> DistContext:
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, object] = {}
         if self.init_method is not None:
             kwargs["init_method"] = self.init_method
         timeout = self.spawn_kwargs.get("timeout")
@@ -156,15 +172,25 @@ class Parallel:
     def _spawn_backend(self) -> str:
         return self.backend or _default_spawn_backend()
 
-    def run(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> list[R]:
+    def run(self, fn: Callable[..., R], *args: object, **kwargs: object) -> list[R]:
         """``fn(local_rank, *args, **kwargs)`` on every rank; see the class docstring."""
         p = self.plan
         if p is not None:
             self._log.info("Spawn function %r in %d processes", fn, p.nproc_per_node)
-            results: list[R] = ignite_spawn(
-                self._spawn_backend(), fn, args, kwargs, p.nproc_per_node, p.nnodes, p.node_rank,
-                p.master_addr, p.master_port, self.init_method, **self.spawn_kwargs,
-            )  # fmt: skip
+            results = ignite_spawn(
+                self._spawn_backend(),
+                fn,
+                args,
+                kwargs,
+                p.nproc_per_node,
+                p.nnodes,
+                p.node_rank,
+                p.master_addr,
+                p.master_port,
+                self.init_method,
+                **self.spawn_kwargs,
+            )
+            assert isinstance(results, list)  # Parallel always joins
             self._log.info("End of run")
             return results
         if self._ctx is not None:
@@ -173,7 +199,9 @@ class Parallel:
             assert self._ctx is not None
             return self._run_here(self._ctx, fn, args, kwargs)
 
-    def _run_here(self, ctx: DistContext, fn: Callable[..., R], args: Any, kwargs: Any) -> list[R]:
+    def _run_here(
+        self, ctx: DistContext, fn: Callable[..., R], args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> list[R]:
         self._log.info("- Run %r in %d processes", fn, ctx.world_size, extra={"idist_rank": ctx.rank})
         result = fn(ctx.local_rank, *args, **kwargs)
         self._log.info("End of run", extra={"idist_rank": ctx.rank})

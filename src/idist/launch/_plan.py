@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-from typing import Any, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
 import attrs
 
@@ -30,9 +30,14 @@ class LaunchPlan:
 
     @classmethod
     def from_arguments(
-        cls, nproc_per_node: object, nnodes: object = None, node_rank: object = None,
-        master_addr: str | None = None, master_port: object = None, init_method: str | None = None,
-    ) -> LaunchPlan:  # fmt: skip
+        cls,
+        nproc_per_node: object,
+        nnodes: object = None,
+        node_rank: object = None,
+        master_addr: str | None = None,
+        master_port: object = None,
+        init_method: str | None = None,
+    ) -> LaunchPlan:
         """The plan for ``spawn``/``Parallel``'s arguments, ignite's forms included (``None``
         means the default, ``master_port`` may be a string of digits); checked."""
         n_nodes = 1 if nnodes is None else _int_arg("nnodes", nnodes)
@@ -47,10 +52,13 @@ class LaunchPlan:
                 "address to itself. Pass master_addr= and master_port= (or init_method='file:///shared/path')"
             )
         plan = cls(
-            nproc_per_node=_int_arg("nproc_per_node", nproc_per_node), nnodes=n_nodes,
+            nproc_per_node=_int_arg("nproc_per_node", nproc_per_node),
+            nnodes=n_nodes,
             node_rank=0 if node_rank is None else _int_arg("node_rank", node_rank),
-            master_addr=master_addr, master_port=port_number(master_port), init_method=init_method,
-        )  # fmt: skip
+            master_addr=master_addr,
+            master_port=port_number(master_port),
+            init_method=init_method,
+        )
         plan.check()
         return plan
 
@@ -63,9 +71,13 @@ class LaunchPlan:
 
     def topology(self, local_rank: int) -> Topology:
         return Topology(
-            rank=self.rank(local_rank), world_size=self.world_size, local_rank=local_rank,
-            nproc_per_node=self.nproc_per_node, node_rank=self.node_rank, nnodes=self.nnodes,
-        )  # fmt: skip
+            rank=self.rank(local_rank),
+            world_size=self.world_size,
+            local_rank=local_rank,
+            nproc_per_node=self.nproc_per_node,
+            node_rank=self.node_rank,
+            nnodes=self.nnodes,
+        )
 
     def check(self) -> None:
         for name in ("nproc_per_node", "nnodes", "node_rank"):
@@ -103,7 +115,7 @@ def port_number(port: object) -> int | None:
     return value
 
 
-def checked_args(fn: object, args: object) -> tuple[Any, ...]:
+def checked_args(fn: object, args: object) -> tuple[object, ...]:
     """``args`` as a tuple, or ``LaunchConfigError`` when ``fn`` or ``args`` cannot work."""
     if not callable(fn):
         raise LaunchConfigError(f"fn must be callable, got {fn!r}")

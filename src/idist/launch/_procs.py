@@ -11,7 +11,7 @@ import multiprocessing as mp
 import os
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -21,35 +21,67 @@ from ._handle import SpawnHandle, _Rank
 from ._plan import LaunchPlan, check_start_method, checked_args
 from ._ports import LOOPBACK, PortReservation, reserve_port
 
-#: Per-rank variables from an enclosing launcher (torchrun, SLURM, OpenMPI, MPICH,
-#: Horovod) that would contradict the rank the child is given; removed in the child.
+R = TypeVar("R")
+
+#: Per-rank variables from an enclosing launcher that would contradict the rank the child
+#: is given; removed in the child.
 INHERITED_RANK_VARS = (
-    "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
-    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE",
-    "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_NPROCS",
-    "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_JOB_NODELIST", "SLURM_JOB_ID",
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK",
-    "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
-    "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_HOSTNAME",
-    "PJRT_LOCAL_PROCESS_RANK", "PJRT_LOCAL_PROCESS_COUNT",
-)  # fmt: skip
+    # torchrun
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_ERROR_FILE",
+    # SLURM
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_JOB_NODELIST",
+    "SLURM_JOB_ID",
+    # OpenMPI
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "OMPI_COMM_WORLD_NODE_RANK",
+    # MPICH
+    "PMI_RANK",
+    "PMI_SIZE",
+    "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS",
+    # Horovod
+    "HOROVOD_RANK",
+    "HOROVOD_SIZE",
+    "HOROVOD_LOCAL_RANK",
+    "HOROVOD_LOCAL_SIZE",
+    "HOROVOD_HOSTNAME",
+    # XLA (PJRT)
+    "PJRT_LOCAL_PROCESS_RANK",
+    "PJRT_LOCAL_PROCESS_COUNT",
+)
 
 
 def start(
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
+    fn: Callable[..., R],
+    args: tuple[object, ...],
+    kwargs: Mapping[str, object],
     plan: LaunchPlan,
     *,
     daemon: bool = False,
     start_method: str = "spawn",
     backend: str | None = None,
-    init_kwargs: Mapping[str, Any] | None = None,
+    init_kwargs: Mapping[str, object] | None = None,
     rank_env: bool = True,
     extra_env: Mapping[str, str] | None = None,
-) -> SpawnHandle[Any]:
+) -> SpawnHandle[R]:
     """Start ``plan.nproc_per_node`` ranks running ``fn``; see ``idist.spawn``.
 
     ``rank_env=False`` starts processes that are not ranks themselves (a launcher such as
@@ -66,9 +98,9 @@ def start(
         plan = attrs.evolve(plan, master_addr=addr, master_port=reservation.port)
     elif rank_env:
         plan = attrs.evolve(plan, master_addr=addr)
-    ctx: Any = mp.get_context(start_method)
+    ctx: Any = mp.get_context(start_method)  # typeshed: a BaseContext, which has no Process
     ranks: list[_Rank] = []
-    handle: SpawnHandle[Any] = SpawnHandle(ranks, reservation, plan)
+    handle: SpawnHandle[R] = SpawnHandle(ranks, reservation, plan)
     # -1: a forkserver child's parent is the server; a launch from another thread than the main
     # one may outlive that thread, and PR_SET_PDEATHSIG would follow the thread
     main_thread = threading.current_thread() is threading.main_thread()
@@ -89,10 +121,17 @@ def start(
             }
             env = {**(env if rank_env else {}), **(extra_env or {})}
             spec = ChildSpec(
-                fn=fn, args=args, kwargs=dict(kwargs), local_rank=local, rank=rank, env=env,
-                drop_env=INHERITED_RANK_VARS, parent_pid=parent_pid, backend=backend,
+                fn=fn,
+                args=args,
+                kwargs=dict(kwargs),
+                local_rank=local,
+                rank=rank,
+                env=env,
+                drop_env=INHERITED_RANK_VARS,
+                parent_pid=parent_pid,
+                backend=backend,
                 init_kwargs=dict(init_kwargs or {}),
-            )  # fmt: skip
+            )
             reader, writer = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=child_main, args=(spec, writer), daemon=daemon, name=f"idist-rank-{rank}")
             try:
@@ -103,8 +142,9 @@ def start(
                 hint = (
                     "with start_method='spawn', fn and args must be picklable: fn a module-level function "
                     "(not a lambda, closure or a function defined in `python -c`)"
-                    if start_method != "fork" else "see the error above"
-                )  # fmt: skip
+                    if start_method != "fork"
+                    else "see the error above"
+                )
                 raise LaunchError(f"could not start rank {rank}: {type(e).__name__}: {e}; {hint}") from e
             writer.close()  # the child holds the only write end: EOF means it is gone
             ranks.append(_Rank(local, rank, proc, reader))

@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeAlias, final
+from typing import Literal, TypeAlias, final
 
 import attrs
 
@@ -121,8 +121,8 @@ class ReportFolder:
         self.path = path
         self.reporter = Reporter(self.path)
 
-    def read(self, kind: Kind) -> dict[int, Any]:
-        out: dict[int, Any] = {}
+    def read(self, kind: Kind) -> dict[int, object]:
+        out: dict[int, object] = {}
         for entry in os.scandir(self.path):
             name, sep, rank = entry.name.partition("-")
             if name != kind or not sep or not rank.isdigit():
@@ -140,7 +140,7 @@ class ReportFolder:
         """The failure that happened first."""
         return earliest(self.errors().values())
 
-    def results(self, world_size: int, launcher: str) -> list[Any]:
+    def results(self, world_size: int, launcher: str) -> list[object]:
         """Every rank's return value in rank order, or ``LaunchError`` naming the missing ranks."""
         done = self.read("ok")
         missing = [r for r in range(world_size) if r not in done]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeVar, overload
+from typing import Literal, TypeVar, cast, overload
 
 from .._errors import LaunchConfigError
 from .._types import HorovodBackend, NativeBackend, XlaBackend
@@ -20,7 +20,7 @@ R = TypeVar("R")
 @overload
 def spawn(
     fn: Callable[..., R],
-    args: tuple[Any, ...] = (),
+    args: tuple[object, ...] = (),
     nprocs: int = 1,
     join: Literal[True] = True,
     daemon: bool = False,
@@ -34,7 +34,7 @@ def spawn(
 @overload
 def spawn(
     fn: Callable[..., R],
-    args: tuple[Any, ...],
+    args: tuple[object, ...],
     nprocs: int,
     join: Literal[False],
     daemon: bool = False,
@@ -48,7 +48,7 @@ def spawn(
 @overload
 def spawn(
     fn: Callable[..., R],
-    args: tuple[Any, ...] = (),
+    args: tuple[object, ...] = (),
     nprocs: int = 1,
     *,
     join: Literal[False],
@@ -64,8 +64,8 @@ def spawn(
 def spawn(
     backend: NativeBackend | HorovodBackend | XlaBackend,
     fn: Callable[..., R],
-    args: tuple[Any, ...] = (),
-    kwargs_dict: Mapping[str, Any] | None = None,
+    args: tuple[object, ...] = (),
+    kwargs_dict: Mapping[str, object] | None = None,
     nproc_per_node: int = 1,
     nnodes: int | None = 1,
     node_rank: int | None = 0,
@@ -82,8 +82,8 @@ def spawn(
 def spawn(
     backend: NativeBackend,
     fn: Callable[..., R],
-    args: tuple[Any, ...] = (),
-    kwargs_dict: Mapping[str, Any] | None = None,
+    args: tuple[object, ...] = (),
+    kwargs_dict: Mapping[str, object] | None = None,
     nproc_per_node: int = 1,
     nnodes: int | None = 1,
     node_rank: int | None = 0,
@@ -133,7 +133,7 @@ def spawn(*args: object, **kwargs: object) -> object:
 
 def torch_mp_spawn(
     fn: Callable[..., R],
-    args: tuple[Any, ...] = (),
+    args: tuple[object, ...] = (),
     nprocs: int | None = None,
     join: bool = True,
     daemon: bool = False,
@@ -156,9 +156,9 @@ def torch_mp_spawn(
 
 def ignite_spawn(
     backend: str,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...] = (),
-    kwargs_dict: Mapping[str, Any] | None = None,
+    fn: Callable[..., R],
+    args: tuple[object, ...] = (),
+    kwargs_dict: Mapping[str, object] | None = None,
     nproc_per_node: int = 1,
     nnodes: int | None = 1,
     node_rank: int | None = 0,
@@ -171,7 +171,7 @@ def ignite_spawn(
     start_method: str = "spawn",
     timeout: float | None = None,
     nprocs: int | None = None,
-) -> Any:
+) -> list[R] | SpawnHandle[R]:
     if nprocs is not None:
         if nproc_per_node not in (1, nprocs):
             raise LaunchConfigError(f"nprocs={nprocs} and nproc_per_node={nproc_per_node} disagree; pass one of them")
@@ -179,7 +179,7 @@ def ignite_spawn(
     if kwargs_dict is not None and not isinstance(kwargs_dict, Mapping):
         raise LaunchConfigError(f"kwargs_dict must be a mapping of keyword arguments for fn, got {kwargs_dict!r}")
     name = normalize_backend(backend)
-    init: dict[str, Any] = {}
+    init: dict[str, object] = {}
     if timeout is not None:
         init["timeout"] = timeout
     if init_method is not None:
@@ -189,15 +189,26 @@ def ignite_spawn(
         plan = LaunchPlan.from_arguments(nproc_per_node, nnodes, node_rank, master_addr, master_port)
         check_options(name, plan, join=join, daemon=daemon, init_method=init_method, start_method=start_method)
         job = Job(
-            backend=name, fn=fn, args=checked_args(fn, args), kwargs=dict(kwargs_dict or {}), init_kwargs=init,
-            nproc=nproc_per_node, start_method=start_method,
-        )  # fmt: skip
-        return run_driven(job)
+            backend=name,
+            fn=fn,
+            args=checked_args(fn, args),
+            kwargs=dict(kwargs_dict or {}),
+            init_kwargs=init,
+            nproc=nproc_per_node,
+            start_method=start_method,
+        )
+        return cast("list[R]", run_driven(job))  # fn's return values, back through the reports
     plan = LaunchPlan.from_arguments(nproc_per_node, nnodes, node_rank, master_addr, master_port, init_method)
     handle = start(
-        fn, args, dict(kwargs_dict or {}), plan, daemon=daemon, start_method=start_method,
-        backend=name, init_kwargs=init,
-    )  # fmt: skip
+        fn,
+        args,
+        dict(kwargs_dict or {}),
+        plan,
+        daemon=daemon,
+        start_method=start_method,
+        backend=name,
+        init_kwargs=init,
+    )
     return _finish(handle, join)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
 
 import attrs
 
@@ -56,7 +55,7 @@ class _Replica:
             )
 
 
-def drive(job: Job) -> list[Any]:
+def drive(job: Job) -> list[object]:
     """In the launcher process: ``torch_xla.launch``, then results or the first failure."""
     _lib.load()  # BackendUnavailableError with the hint when torch_xla cannot load
     torch_xla, xr = _lib.torch_xla, _lib.xr

@@ -16,7 +16,8 @@ import multiprocessing.connection as mpc
 import pickle
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar, cast, final
+from multiprocessing.process import BaseProcess
+from typing import TypeVar, cast, final
 
 from torch._C._distributed_c10d import TCPStore
 from typing_extensions import TypeVarTuple, Unpack
@@ -71,7 +72,7 @@ class ProcessWorld(BaseWorld):
 
     def __init__(self, world_size: int, *, timeout: float = DEFAULT_TIMEOUT, checked: bool = True) -> None:
         super().__init__(world_size, timeout=timeout, checked=checked)
-        self._procs: list[Any] = []
+        self._procs: list[BaseProcess] = []
         self._conns: list[mpc.Connection] = []
 
     def start(self) -> None:
@@ -83,9 +84,11 @@ class ProcessWorld(BaseWorld):
             for rank in range(self.world_size):
                 parent, child = ctx.Pipe()
                 p = ctx.Process(
-                    target=_worker, args=(rank, self.world_size, child, self.timeout, self.checked),
-                    name=f"idist-pool-rank{rank}", daemon=True,
-                )  # fmt: skip
+                    target=_worker,
+                    args=(rank, self.world_size, child, self.timeout, self.checked),
+                    name=f"idist-pool-rank{rank}",
+                    daemon=True,
+                )
                 p.start()
                 child.close()
                 self._procs.append(p)

@@ -24,7 +24,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, TypeVar, final
+from typing import TypeVar, final
 
 from torch._C._distributed_c10d import HashStore, PrefixStore
 from typing_extensions import TypeVarTuple, Unpack
@@ -104,7 +104,14 @@ _Report = tuple[int | None, int, bool, object]
 
 class _Rank(threading.Thread):
     def __init__(
-        self, world: int, rank: int, size: int, store: PrefixStore, timeout: float, checked: bool, out: Any
+        self,
+        world: int,
+        rank: int,
+        size: int,
+        store: PrefixStore,
+        timeout: float,
+        checked: bool,
+        out: queue.SimpleQueue[_Report],
     ) -> None:
         super().__init__(name=f"idist-sim-{world}-rank{rank}", daemon=True)
         self.rank = rank
@@ -113,7 +120,7 @@ class _Rank(threading.Thread):
         self.timeout = timeout
         self.checked = checked
         self.ctx: NativeContext | None = None
-        self.out: queue.SimpleQueue[_Report] = out
+        self.out = out
         self.jobs: queue.SimpleQueue[tuple[int, Callable[..., object], tuple[object, ...]] | None] = queue.SimpleQueue()
 
     def abort(self) -> None:

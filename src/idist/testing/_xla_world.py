@@ -19,7 +19,8 @@ import queue
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar, final
+from multiprocessing.process import BaseProcess
+from typing import TypeVar, final
 
 from typing_extensions import TypeVarTuple, Unpack
 
@@ -39,7 +40,9 @@ DEFAULT_TIMEOUT = 180.0
 START_TIMEOUT = 300.0
 
 
-def _rank_thread(rank: int, device: Any, jobs: queue.Queue[Any], results: queue.Queue[Any], timeout: float) -> None:
+def _rank_thread(
+    rank: int, device: object, jobs: queue.Queue[bytes | None], results: queue.Queue[tuple[int, bytes]], timeout: float
+) -> None:
     import torch_xla  # optional: only the XLA lane's venv has it
 
     torch_xla._XLAC._xla_set_default_device(device)
@@ -63,15 +66,17 @@ def _host(world_size: int, conn: mpc.Connection, timeout: float) -> None:
         devices = xm.get_xla_supported_devices()
         if len(devices) != world_size:
             raise LaunchEnvironmentError(f"asked for {world_size} XLA CPU devices, the runtime has {devices}")
-        results: queue.Queue[Any] = queue.Queue()
-        queues: list[queue.Queue[Any]] = []
+        results: queue.Queue[tuple[int, bytes]] = queue.Queue()
+        queues: list[queue.Queue[bytes | None]] = []
         for rank, device in enumerate(devices):
-            jobs: queue.Queue[Any] = queue.Queue()
+            jobs: queue.Queue[bytes | None] = queue.Queue()
             queues.append(jobs)
             threading.Thread(
-                target=_rank_thread, args=(rank, device, jobs, results, timeout), daemon=True,
+                target=_rank_thread,
+                args=(rank, device, jobs, results, timeout),
+                daemon=True,
                 name=f"idist-xla-rank{rank}",
-            ).start()  # fmt: skip
+            ).start()
         conn.send("ready")
     except BaseException as exc:
         conn.send_bytes(pack(False, exc))
@@ -104,7 +109,7 @@ class XlaWorld(BaseWorld):
 
     def __init__(self, world_size: int, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         super().__init__(world_size, timeout=timeout, checked=False)  # no checked mode on XLA
-        self._proc: Any = None
+        self._proc: BaseProcess | None = None
         self._conn: mpc.Connection | None = None
 
     def start(self) -> mpc.Connection:

@@ -36,7 +36,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _options(request: pytest.FixtureRequest) -> tuple[int, float, bool]:
     from idist.testing import DEFAULT_TIMEOUT  # deferred: pytest loads this plugin in every session
 
-    world_size: Any = 2
+    world_size: object = 2
     timeout: Any = DEFAULT_TIMEOUT
     marker = request.node.get_closest_marker(MARKER)
     if marker is not None:

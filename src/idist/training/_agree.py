@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -28,7 +28,7 @@ def agree(ctx: DistContext, what: str, mine: object) -> None:
 
 
 def unwrapped_state(
-    ctx: DistContext, model: nn.Module, backend: str, sync_bn: bool, sync_bn_hint: str, kwargs: dict[str, Any]
+    ctx: DistContext, model: nn.Module, backend: str, sync_bn: bool, sync_bn_hint: str, kwargs: dict[str, object]
 ) -> list[torch.Tensor]:
     """The parameters and buffers a backend without a model wrapper (Horovod, XLA) moves from
     rank 0, once every rank agreed on their names, dtypes and shapes."""

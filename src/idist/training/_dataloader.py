@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Iterator, Sized
 from itertools import islice
 from types import FrameType
-from typing import TYPE_CHECKING, Any, TypeVar, final
+from typing import TYPE_CHECKING, TypeVar, final
 
 import torch
 from torch.utils.data import (
@@ -29,8 +29,10 @@ from torch.utils.data import (
     get_worker_info,
 )
 from torch.utils.data.dataloader import _BaseDataLoaderIter
+from typing_extensions import Unpack
 
 from .._errors import TrainingSetupError
+from ._options import AutoDataLoaderOptions, DataLoaderOptions
 from ._sampler import DistributedProxySampler, EpochClock, ShardSampler, rank_count, uneven_batches
 from ._settings import merge, settings_of
 
@@ -53,7 +55,12 @@ class AutoDataLoader(DataLoader[T_co]):
     """
 
     def __init__(
-        self, dataset: Dataset[T_co], *, global_batch_size: int | None, epoch_target: object, **kwargs: Any
+        self,
+        dataset: Dataset[T_co],
+        *,
+        global_batch_size: int | None,
+        epoch_target: object,
+        **kwargs: Unpack[DataLoaderOptions],
     ) -> None:
         super().__init__(dataset, **kwargs)
         self.global_batch_size = global_batch_size
@@ -92,7 +99,9 @@ class ShardedIterableDataset(IterableDataset[T]):
         return islice(iter(self.dataset), shard, None, self.world_size * workers)
 
 
-def auto_dataloader(ctx: DistContext, data: Dataset[T] | DataLoader[T], **kwargs: Any) -> AutoDataLoader[T]:
+def auto_dataloader(
+    ctx: DistContext, data: Dataset[T] | DataLoader[T], **kwargs: Unpack[AutoDataLoaderOptions]
+) -> AutoDataLoader[T]:
     """See ``DistContext.auto_dataloader``."""
     if isinstance(data, DataLoader):
         dataset, derived = settings_of(data)
@@ -119,10 +128,9 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
-def _per_rank_batch(ctx: DistContext, kw: dict[str, Any]) -> tuple[int | None, int | None]:
+def _per_rank_batch(ctx: DistContext, kw: DataLoaderOptions, per_rank: object) -> tuple[int | None, int | None]:
     """(per-rank batch, global batch) from ``batch_size`` (global) or ``per_rank_batch_size``."""
     world = ctx.world_size
-    per_rank = kw.pop("per_rank_batch_size", None)
     if "batch_sampler" in kw:
         if "batch_size" in kw or per_rank is not None:
             raise TrainingSetupError("batch_sampler decides the batches: drop batch_size / per_rank_batch_size")
@@ -150,13 +158,15 @@ def _per_rank_batch(ctx: DistContext, kw: dict[str, Any]) -> tuple[int | None, i
     return b, b * world
 
 
-def _build(ctx: DistContext, dataset: Any, kw: dict[str, Any]) -> AutoDataLoader[Any]:
-    kw = dict(kw)
+def _build(ctx: DistContext, dataset: Dataset[T], options: AutoDataLoaderOptions) -> AutoDataLoader[T]:
+    options = options.copy()
     world, rank = ctx.world_size, ctx.rank
-    seed = kw.pop("seed", None)
-    shard_iterable = kw.pop("shard_iterable", False)
-    even_batches = bool(kw.pop("even_batches", False))
-    b, global_batch = _per_rank_batch(ctx, kw)
+    seed = options.pop("seed", None)
+    shard_iterable = options.pop("shard_iterable", False)
+    even_batches = bool(options.pop("even_batches", False))
+    per_rank = options.pop("per_rank_batch_size", None)
+    kw: DataLoaderOptions = options  # without idist's own keys from here on
+    b, global_batch = _per_rank_batch(ctx, kw, per_rank)
     if "batch_sampler" not in kw:
         kw["batch_size"] = b
     workers = kw.get("num_workers", 0)
@@ -191,7 +201,7 @@ def _build(ctx: DistContext, dataset: Any, kw: dict[str, Any]) -> AutoDataLoader
     return AutoDataLoader(dataset, global_batch_size=global_batch, epoch_target=target, **kw)
 
 
-def _iterable(dataset: IterableDataset[Any], ctx: DistContext, shard: object, workers: int) -> IterableDataset[Any]:
+def _iterable(dataset: IterableDataset[T], ctx: DistContext, shard: object, workers: int) -> IterableDataset[T]:
     if shard:
         return ShardedIterableDataset(dataset, ctx.rank, ctx.world_size)
     if ctx.world_size > 1 or workers > 1:
@@ -204,8 +214,8 @@ def _iterable(dataset: IterableDataset[Any], ctx: DistContext, shard: object, wo
 
 
 def _sampler(
-    ctx: DistContext, dataset: Any, kw: dict[str, Any], seed: int, even_batches: bool, b: int | None
-) -> DistributedSampler[Any]:
+    ctx: DistContext, dataset: object, kw: DataLoaderOptions, seed: int, even_batches: bool, b: int | None
+) -> DistributedSampler[int]:
     world, rank = ctx.world_size, ctx.rank
     sampler = kw.pop("sampler", None)
     shuffle = kw.pop("shuffle", False)
@@ -219,19 +229,32 @@ def _sampler(
                 f"but this is rank {rank} of {world}: it is used as it is"
             )
         return sampler
-    common: dict[str, Any] = {
-        "num_replicas": world, "rank": rank, "seed": seed, "drop_last": drop_last,
-        "even_batches": even_batches, "batch_size": b,
-    }  # fmt: skip
     made: ShardSampler | DistributedProxySampler
     if sampler is None:
         if not isinstance(dataset, Sized):
             raise TrainingSetupError(
                 f"{type(dataset).__name__} has no __len__: make it a Dataset or an IterableDataset"
             )
-        made = ShardSampler(dataset, shuffle=bool(shuffle), **common)
+        made = ShardSampler(
+            dataset,
+            num_replicas=world,
+            rank=rank,
+            shuffle=bool(shuffle),
+            seed=seed,
+            drop_last=drop_last,
+            even_batches=even_batches,
+            batch_size=b,
+        )
     else:
-        made = DistributedProxySampler(sampler, **common)
+        made = DistributedProxySampler(
+            sampler,
+            num_replicas=world,
+            rank=rank,
+            seed=seed,
+            drop_last=drop_last,
+            even_batches=even_batches,
+            batch_size=b,
+        )
     if world > 1 and not drop_last and uneven_batches(made.total_size, world, b):
         first = -(-rank_count(made.total_size, world, 0) // (b or 1))
         _warn(

@@ -35,7 +35,9 @@ def is_sharded(model: object) -> bool:
     return fsdp is not None and isinstance(model, fsdp.FSDPModule)
 
 
-def auto_model(ctx: DistContext, model: nn.Module, sync_bn: bool, strategy: str, kwargs: dict[str, Any]) -> nn.Module:
+def auto_model(
+    ctx: DistContext, model: nn.Module, sync_bn: bool, strategy: str, kwargs: dict[str, object]
+) -> nn.Module:
     """See ``DistContext.auto_model``."""
     if not isinstance(model, nn.Module):
         raise TrainingSetupError(f"auto_model takes a torch.nn.Module, got {type(model).__name__}")
@@ -55,7 +57,7 @@ def auto_model(ctx: DistContext, model: nn.Module, sync_bn: bool, strategy: str,
     return ctx._wrap_model(model, sync_bn, kwargs)
 
 
-def whole(ctx: ContextCore, model: nn.Module, kwargs: dict[str, Any]) -> nn.Module:
+def whole(ctx: ContextCore, model: nn.Module, kwargs: dict[str, object]) -> nn.Module:
     """``strategy="fsdp"`` on one process: nothing to shard over, the model stays whole."""
     if kwargs:
         logger.info(
@@ -65,7 +67,10 @@ def whole(ctx: ContextCore, model: nn.Module, kwargs: dict[str, Any]) -> nn.Modu
 
 
 def wrap_single_process(ctx: ContextCore, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
-    """One process: DataParallel when it sees several CUDA devices (as ignite), else unchanged."""
+    """One process: DataParallel when it sees several CUDA devices (as ignite), else unchanged.
+
+    ``kwargs`` go to ``DataParallel`` as they are (it refuses what it does not take).
+    """
     if sync_bn:
         logger.info("auto_model: sync_bn ignored, one process has nothing to synchronize with")
     if ctx.device.type == "cuda" and torch.cuda.device_count() > 1:

@@ -8,11 +8,13 @@ broadcast) and XLA (``xm.optimizer_step``) override the hook in their contexts.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from torch.optim import Optimizer
+from typing_extensions import Unpack
 
 from .._errors import TrainingSetupError
+from ._options import OptimOptions
 
 if TYPE_CHECKING:
     from .._context import DistContext
@@ -23,14 +25,14 @@ OptimizerT = TypeVar("OptimizerT", bound=Optimizer)
 logger = logging.getLogger("idist.training")
 
 
-def auto_optim(ctx: DistContext, optimizer: OptimizerT, **kwargs: Any) -> OptimizerT:
+def auto_optim(ctx: DistContext, optimizer: OptimizerT, **kwargs: Unpack[OptimOptions]) -> OptimizerT:
     """See ``DistContext.auto_optim``."""
     if not isinstance(optimizer, Optimizer):
         raise TrainingSetupError(f"auto_optim takes a torch.optim.Optimizer, got {type(optimizer).__name__}")
-    return ctx._wrap_optimizer(optimizer, dict(kwargs))
+    return ctx._wrap_optimizer(optimizer, kwargs)
 
 
-def keep_optimizer(ctx: ContextCore, optimizer: OptimizerT, kwargs: dict[str, Any]) -> OptimizerT:
+def keep_optimizer(ctx: ContextCore, optimizer: OptimizerT, kwargs: OptimOptions) -> OptimizerT:
     """The serial / native hook: the optimizer as it is (options are for other backends)."""
     if kwargs:
         logger.info("auto_optim on %s: options %s are for Horovod/XLA and ignored here", ctx.backend, sorted(kwargs))

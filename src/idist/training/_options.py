@@ -1,4 +1,5 @@
-"""The keyword arguments ``auto_model`` forwards, typed: to DDP (``strategy="ddp"``) or to FSDP2.
+"""The keyword arguments the training helpers take, typed: ``auto_model``'s (to DDP or to FSDP2),
+``auto_optim``'s (to Horovod) and ``auto_dataloader``'s (to ``DataLoader``, and idist's own).
 
 ``Strategy`` names how a model is spread over the ranks: ``"ddp"`` replicates it
 (DistributedDataParallel, or the backend's own replication), ``"fsdp"`` shards its
@@ -7,15 +8,20 @@ parameters, gradients and optimizer state (``torch.distributed.fsdp.fully_shard`
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, SupportsIndex, TypeAlias, TypedDict
 
 if TYPE_CHECKING:
+    from multiprocessing.context import BaseContext
+
+    import torch
+    from horovod.torch import ProcessSet
     from torch import nn
     from torch.distributed import ProcessGroup
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, OffloadPolicy
     from torch.distributed.tensor import Shard
+    from torch.utils.data import Sampler
 
 Strategy: TypeAlias = Literal["ddp", "fsdp"]
 STRATEGIES: tuple[Strategy, ...] = ("ddp", "fsdp")
@@ -56,3 +62,58 @@ class FSDPOptions(TypedDict, total=False):
     mp_policy: MixedPrecisionPolicy
     offload_policy: OffloadPolicy
     ignored_params: set[nn.Parameter] | None
+
+
+class HorovodOptimizerOptions(TypedDict, total=False):
+    """``hvd.DistributedOptimizer``'s keyword arguments that ``auto_optim`` passes on as they are."""
+
+    named_parameters: Iterable[tuple[str, nn.Parameter]] | None
+    #: a Horovod compressor, such as ``hvd.Compression.fp16``
+    compression: object
+    backward_passes_per_step: int
+    gradient_predivide_factor: float
+    num_groups: int
+    groups: int | Sequence[Sequence[torch.Tensor]] | None
+    sparse_as_dense: bool
+    process_set: ProcessSet
+
+
+class OptimOptions(HorovodOptimizerOptions, total=False):
+    """What ``auto_optim`` takes: options for ``hvd.DistributedOptimizer`` on Horovod.
+
+    Serial and torch.distributed log them as ignored; XLA takes none. ``op`` is a Horovod op
+    or an idist name.
+    """
+
+    op: int | Literal["AVERAGE", "SUM", "ADASUM"]
+
+
+class DataLoaderOptions(TypedDict, total=False):
+    """``torch.utils.data.DataLoader``'s keyword arguments (``auto_dataloader`` sets some itself)."""
+
+    batch_size: int | None
+    shuffle: bool | None
+    sampler: Sampler[SupportsIndex] | None
+    batch_sampler: Iterable[list[Any]] | None  # torch's type: any index type, in lists
+    num_workers: int
+    collate_fn: Callable[..., object] | None
+    pin_memory: bool
+    drop_last: bool
+    timeout: float
+    worker_init_fn: Callable[[int], None] | None
+    multiprocessing_context: str | BaseContext | None
+    generator: torch.Generator | None
+    prefetch_factor: int | None
+    persistent_workers: bool
+    pin_memory_device: str
+    in_order: bool
+
+
+class AutoDataLoaderOptions(DataLoaderOptions, total=False):
+    """What ``auto_dataloader`` takes: ``DataLoader``'s keyword arguments (``batch_size`` is the
+    global batch) and idist's own."""
+
+    per_rank_batch_size: int | None
+    seed: int | None
+    shard_iterable: bool
+    even_batches: bool

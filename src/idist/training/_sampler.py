@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable, Iterator, Sized
-from typing import Any, Protocol, cast, final
+from typing import Protocol, SupportsIndex, cast, final
 
 import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler
@@ -81,12 +81,21 @@ class _ShardedBase(DistributedSampler[int]):
     """Shards the epoch's sequence; subclasses say what the sequence is."""
 
     def __init__(
-        self, length: int, source: Sized, *, num_replicas: int, rank: int, shuffle: bool, seed: int,
-        drop_last: bool, even_batches: bool, batch_size: int | None,
-    ) -> None:  # fmt: skip
+        self,
+        length: int,
+        source: Sized,
+        *,
+        num_replicas: int,
+        rank: int,
+        shuffle: bool,
+        seed: int,
+        drop_last: bool,
+        even_batches: bool,
+        batch_size: int | None,
+    ) -> None:
         if not 0 <= rank < num_replicas:
             raise TrainingSetupError(f"rank={rank} is outside 0..{num_replicas - 1}")
-        dataset = cast("Dataset[Any]", source)  # DistributedSampler only takes its len()
+        dataset = cast("Dataset[object]", source)  # DistributedSampler only takes its len()
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
         self.length = length
         self.even_batches = even_batches
@@ -122,13 +131,28 @@ class ShardSampler(_ShardedBase):
     """
 
     def __init__(
-        self, dataset: Sized, *, num_replicas: int, rank: int, shuffle: bool = False, seed: int = 0,
-        drop_last: bool = False, even_batches: bool = False, batch_size: int | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        dataset: Sized,
+        *,
+        num_replicas: int,
+        rank: int,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        even_batches: bool = False,
+        batch_size: int | None = None,
+    ) -> None:
         super().__init__(
-            len(dataset), dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed,
-            drop_last=drop_last, even_batches=even_batches, batch_size=batch_size,
-        )  # fmt: skip
+            len(dataset),
+            dataset,
+            num_replicas=num_replicas,
+            rank=rank,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            even_batches=even_batches,
+            batch_size=batch_size,
+        )
 
     def _sequence(self) -> list[int]:
         if not self.shuffle:
@@ -152,9 +176,16 @@ class DistributedProxySampler(_ShardedBase):
     """
 
     def __init__(
-        self, sampler: Sampler[Any], num_replicas: int | None = None, rank: int | None = None, *, seed: int = 0,
-        drop_last: bool = False, even_batches: bool = False, batch_size: int | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        sampler: Sampler[SupportsIndex],
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        *,
+        seed: int = 0,
+        drop_last: bool = False,
+        even_batches: bool = False,
+        batch_size: int | None = None,
+    ) -> None:
         if not isinstance(sampler, Sampler):
             raise UnsupportedSamplerError(f"sampler must be a torch.utils.data.Sampler, got {type(sampler).__name__}")
         if isinstance(sampler, DistributedSampler):
@@ -169,9 +200,16 @@ class DistributedProxySampler(_ShardedBase):
             rank = current_rank if rank is None else rank
         self.sampler = sampler
         super().__init__(
-            len(sampler), sampler, num_replicas=num_replicas, rank=rank, shuffle=False, seed=seed,
-            drop_last=drop_last, even_batches=even_batches, batch_size=batch_size,
-        )  # fmt: skip
+            len(sampler),
+            sampler,
+            num_replicas=num_replicas,
+            rank=rank,
+            shuffle=False,
+            seed=seed,
+            drop_last=drop_last,
+            even_batches=even_batches,
+            batch_size=batch_size,
+        )
 
     def _sequence(self) -> list[int]:
         seed = self.seed + self.epoch

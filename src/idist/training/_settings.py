@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar, cast
+from typing import SupportsIndex, TypeVar, cast
 
-from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler, Sampler, SequentialSampler
 from torch.utils.data._utils.collate import default_collate, default_convert
+
+from ._options import AutoDataLoaderOptions
 
 T = TypeVar("T")
 
 
-def the_data(data: object, dataset: object, dataloader: object) -> Dataset[Any] | DataLoader[Any]:
+def the_data(data: object, dataset: object, dataloader: object) -> Dataset[object] | DataLoader[object]:
     """The one data argument among ``data``, ``dataset=`` (ignite's name) and ``dataloader=``."""
     given = {"data": data, "dataset": dataset, "dataloader": dataloader}
     passed = [k for k, v in given.items() if v is not None]
@@ -19,16 +21,20 @@ def the_data(data: object, dataset: object, dataloader: object) -> Dataset[Any] 
             "auto_dataloader takes its data once: positionally, as dataset= or as dataloader=; "
             f"got {', '.join(passed) or 'none of them'}"
         )
-    return cast("Dataset[Any] | DataLoader[Any]", given[passed[0]])
+    return cast("Dataset[object] | DataLoader[object]", given[passed[0]])
 
 
-def settings_of(loader: DataLoader[T]) -> tuple[Dataset[T], dict[str, Any]]:
+def settings_of(loader: DataLoader[T]) -> tuple[Dataset[T], AutoDataLoaderOptions]:
     """The keyword arguments that rebuild ``loader`` (its sampler as shuffle= when standard)."""
-    kw: dict[str, Any] = {
-        "num_workers": loader.num_workers, "timeout": loader.timeout, "worker_init_fn": loader.worker_init_fn,
-        "multiprocessing_context": loader.multiprocessing_context, "generator": loader.generator,
-        "persistent_workers": loader.persistent_workers, "pin_memory_device": loader.pin_memory_device,
-    }  # fmt: skip
+    kw: AutoDataLoaderOptions = {
+        "num_workers": loader.num_workers,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context,
+        "generator": loader.generator,
+        "persistent_workers": loader.persistent_workers,
+        "pin_memory_device": loader.pin_memory_device,
+    }
     if loader.pin_memory:
         kw["pin_memory"] = True
     if loader.collate_fn not in (default_collate, default_convert):
@@ -52,16 +58,19 @@ def settings_of(loader: DataLoader[T]) -> tuple[Dataset[T], dict[str, Any]]:
         if sampler.generator is not None:
             kw["seed"] = sampler.generator.initial_seed()
     else:
-        kw["sampler"] = sampler
+        # torch also takes a plain iterable here; auto_dataloader refuses it (UnsupportedSamplerError)
+        kw["sampler"] = cast("Sampler[SupportsIndex]", sampler)
     return loader.dataset, kw
 
 
-def merge(derived: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+def merge(derived: AutoDataLoaderOptions, kwargs: AutoDataLoaderOptions) -> AutoDataLoaderOptions:
     """The loader's settings, overridden by the caller's (a new sampler replaces the old one)."""
-    out = dict(derived)
-    if any(k in kwargs for k in ("sampler", "shuffle", "batch_sampler")):
-        for k in ("sampler", "shuffle", "batch_sampler", "seed"):
-            out.pop(k, None)
+    out = derived.copy()
+    if "sampler" in kwargs or "shuffle" in kwargs or "batch_sampler" in kwargs:
+        out.pop("sampler", None)
+        out.pop("shuffle", None)
+        out.pop("batch_sampler", None)
+        out.pop("seed", None)
     if "batch_sampler" in kwargs:
         out.pop("batch_size", None)
         out.pop("drop_last", None)

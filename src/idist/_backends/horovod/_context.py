@@ -7,7 +7,7 @@ How each difference is bridged: docs/horovod.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, final, overload
+from typing import TYPE_CHECKING, ClassVar, Self, TypeVar, final, overload
 
 import attrs
 import torch
@@ -24,6 +24,8 @@ from ._fold import NATIVE_REDUCE, WIDEN, adasum_tree, fold_tensors
 
 if TYPE_CHECKING:
     from horovod.torch import ProcessSet
+
+    from ...training._options import OptimOptions
 
 TensorT = TypeVar("TensorT", bound=torch.Tensor)
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
@@ -43,8 +45,8 @@ class HorovodContext(DistContext[HorovodComm]):
 
     # ------------------------------------------------------------- factories
     @classmethod
-    def create(cls, name: str, /, **options: Any) -> Self:
-        return _create.create(cls, name, **options)
+    def create(cls, name: str, /, *, timeout: float | None = None, **unknown: object) -> Self:
+        return _create.create(cls, name, timeout=timeout, **unknown)
 
     @classmethod
     def is_available(cls, name: str) -> bool:
@@ -152,10 +154,10 @@ class HorovodContext(DistContext[HorovodComm]):
             hvd.shutdown()
 
     # --------------------------------------------------------- training hooks
-    def _wrap_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
+    def _wrap_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, object]) -> nn.Module:
         return _training.wrap_model(self, model, sync_bn, kwargs)
 
-    def _wrap_optimizer(self, optimizer: OptimizerT, kwargs: dict[str, Any]) -> OptimizerT:
+    def _wrap_optimizer(self, optimizer: OptimizerT, kwargs: OptimOptions) -> OptimizerT:
         return _training.wrap_optimizer(self, optimizer, kwargs)
 
     def _check_no_sync(self) -> None:

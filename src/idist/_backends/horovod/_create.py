@@ -50,9 +50,13 @@ def _build(cls: type[C], owns_init: bool, launcher: str) -> C:
         "controller": "mpi" if hvd.mpi_enabled() else "gloo",
     }
     topology = Topology(
-        rank=rank, world_size=size, local_rank=local_rank, nproc_per_node=hvd.local_size(),
-        node_rank=hvd.cross_rank(), nnodes=hvd.cross_size(),
-    )  # fmt: skip
+        rank=rank,
+        world_size=size,
+        local_rank=local_rank,
+        nproc_per_node=hvd.local_size(),
+        node_rank=hvd.cross_rank(),
+        nnodes=hvd.cross_size(),
+    )
     state = ContextState(HorovodComm(hvd.global_process_set, tuple(range(size)), rank))
     ctx = cls(backend="horovod", topology=topology, device=device, config=config, _owns_init=owns_init, _state=state)
     if device.type == "cuda":

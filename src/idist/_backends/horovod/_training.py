@@ -11,7 +11,7 @@ a tensor that one rank never sends.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 from torch import nn
@@ -21,6 +21,7 @@ from ...training._agree import agree, unwrapped_state
 from . import _lib
 
 if TYPE_CHECKING:
+    from ...training._options import HorovodOptimizerOptions, OptimOptions
     from ._context import HorovodContext
 
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
@@ -31,7 +32,7 @@ logger = logging.getLogger("idist.training")
 OPTIMIZER_OPS = ("AVERAGE", "SUM", "ADASUM")
 
 
-def wrap_model(ctx: HorovodContext, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
+def wrap_model(ctx: HorovodContext, model: nn.Module, sync_bn: bool, kwargs: dict[str, object]) -> nn.Module:
     """Rank 0's parameters and buffers on every rank, in place; the model itself returned."""
     hint = (
         "idist does not convert layers for Horovod; replace BatchNorm with hvd.SyncBatchNorm yourself "
@@ -45,7 +46,7 @@ def wrap_model(ctx: HorovodContext, model: nn.Module, sync_bn: bool, kwargs: dic
     return model
 
 
-def wrap_optimizer(ctx: HorovodContext, optimizer: OptimizerT, kwargs: dict[str, Any]) -> OptimizerT:
+def wrap_optimizer(ctx: HorovodContext, optimizer: OptimizerT, kwargs: OptimOptions) -> OptimizerT:
     """``hvd.DistributedOptimizer(optimizer, **kwargs)`` starting from rank 0's settings and state.
 
     ``op`` may be an idist name (``"AVERAGE"``, ``"SUM"``, ``"ADASUM"``) or a Horovod op.
@@ -54,7 +55,7 @@ def wrap_optimizer(ctx: HorovodContext, optimizer: OptimizerT, kwargs: dict[str,
     keeps its empty state, so it steps exactly as it would in one process.
     """
     hvd = _lib.hvd
-    kw = dict(kwargs)
+    kw = kwargs.copy()
     op = kw.get("op")
     if isinstance(op, str):
         if op not in OPTIMIZER_OPS:
@@ -62,6 +63,8 @@ def wrap_optimizer(ctx: HorovodContext, optimizer: OptimizerT, kwargs: dict[str,
                 f"auto_optim op={op!r}: Horovod averages gradients with {', '.join(OPTIMIZER_OPS)}"
             )
         kw["op"] = _lib.op_code(op)
+    # the other keys as they are; op, now a Horovod code, goes along (a TypedDict may hold more keys)
+    forwarded: HorovodOptimizerOptions = kw
     sizes = tuple(len(g["params"]) for g in optimizer.param_groups)
     agree(ctx, "the optimizer's parameter groups", (type(optimizer).__name__, sizes))
     has_state = ctx.all_reduce(bool(optimizer.state), "OR")
@@ -69,7 +72,7 @@ def wrap_optimizer(ctx: HorovodContext, optimizer: OptimizerT, kwargs: dict[str,
     for group, settings in zip(optimizer.param_groups, ctx.broadcast(hyper if ctx.rank == 0 else None, 0), strict=True):
         group.update(settings)
     try:
-        wrapped = hvd.DistributedOptimizer(optimizer, **kw)
+        wrapped = hvd.DistributedOptimizer(optimizer, **forwarded)
     except TypeError as exc:
         raise TrainingSetupError(
             f"auto_optim on Horovod passes options to hvd.DistributedOptimizer, which refused them: {exc}"

@@ -9,7 +9,7 @@ difference is bridged: docs/xla.md.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Self, TypeVar, final
+from typing import TYPE_CHECKING, ClassVar, Final, Self, TypeVar, final
 
 import attrs
 import torch
@@ -24,6 +24,7 @@ from ._device import XlaDevice
 
 if TYPE_CHECKING:
     from ...training import AutoDataLoader
+    from ...training._options import OptimOptions
 
 T = TypeVar("T")
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
@@ -46,8 +47,8 @@ class XlaContext(DistContext[XlaComm]):
 
     # ------------------------------------------------------------- factories
     @classmethod
-    def create(cls, name: str, /, **options: Any) -> Self:
-        return _create.create(cls, name, **options)
+    def create(cls, name: str, /, *, timeout: float | None = None, **unknown: object) -> Self:
+        return _create.create(cls, name, timeout=timeout, **unknown)
 
     @classmethod
     def is_available(cls, name: str) -> bool:
@@ -143,10 +144,10 @@ class XlaContext(DistContext[XlaComm]):
                 self._allreduce_tensor(torch.zeros(header.shape, dtype=header.dtype), header.op, comm)
 
     # ---------------------------------------------------------- training hooks
-    def _wrap_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
+    def _wrap_model(self, model: nn.Module, sync_bn: bool, kwargs: dict[str, object]) -> nn.Module:
         return _training.wrap_model(self, model, sync_bn, kwargs)
 
-    def _wrap_optimizer(self, optimizer: OptimizerT, kwargs: dict[str, Any]) -> OptimizerT:
+    def _wrap_optimizer(self, optimizer: OptimizerT, kwargs: OptimOptions) -> OptimizerT:
         return _training.wrap_optimizer(self, optimizer, kwargs)
 
     def _loader_pin_memory(self, requested: bool | None) -> bool:

@@ -36,9 +36,13 @@ def _build(cls: type[C], launcher: str, timeout: float) -> C:
     if ordered:
         config["collectives"] = "compiled in rank order (several XLA CPU device threads in one process)"
     topology = Topology(
-        rank=rank, world_size=size, local_rank=xr.local_ordinal(), nproc_per_node=per_node,
-        node_rank=rank // per_node, nnodes=max(1, size // per_node),
-    )  # fmt: skip
+        rank=rank,
+        world_size=size,
+        local_rank=xr.local_ordinal(),
+        nproc_per_node=per_node,
+        node_rank=rank // per_node,
+        nnodes=max(1, size // per_node),
+    )
     xla = XlaDevice(device=device, rank=rank, world_size=size, ordered=ordered, turn_timeout=timeout)
     state = ContextState(make_comm(xla, tuple(range(size))))
     return cls(

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from ..._errors import BackendUnavailableError
 
 __all__ = ["C", "INSTALL_HINT", "installed", "load", "torch_xla", "xm", "xr"]
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     import torch_xla
     import torch_xla.core.xla_model as xm
     import torch_xla.runtime as xr
-else:
-    torch_xla = xm = xr = None  # the modules, once load() ran
 
-#: torch_xla's C extension (``torch_xla._XLAC``, which torch_xla does not export or type)
-C: Any = None
+    #: torch_xla's C extension (``torch_xla._XLAC``, which torch_xla does not export or type)
+    C: ModuleType
+else:
+    torch_xla = xm = xr = C = None  # the modules, once load() ran
 
 INSTALL_HINT: Final = (
     "torch_xla is not installed in this environment; install the torch_xla release that matches your torch "

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import torch
 from torch import nn
@@ -28,6 +28,7 @@ from ...training._dataloader import AutoDataLoader
 from . import _lib
 
 if TYPE_CHECKING:
+    from ...training._options import OptimOptions
     from ._context import XlaContext
 
 T = TypeVar("T")
@@ -39,7 +40,7 @@ logger = logging.getLogger("idist.training")
 WRAPPED = "_idist_xla_step"
 
 
-def wrap_model(ctx: XlaContext, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
+def wrap_model(ctx: XlaContext, model: nn.Module, sync_bn: bool, kwargs: dict[str, object]) -> nn.Module:
     """The model itself, on the XLA device, holding rank 0's parameters and buffers."""
     hint = (
         "idist has no synchronized BatchNorm for XLA; drop sync_bn (each replica normalizes its own batch) "
@@ -86,20 +87,20 @@ def _reduce_gradients(ctx: XlaContext, optimizer: torch.optim.Optimizer) -> None
             offset += n
 
 
-def wrap_optimizer(ctx: XlaContext, optimizer: OptimizerT, kwargs: dict[str, Any]) -> OptimizerT:
+def wrap_optimizer(ctx: XlaContext, optimizer: OptimizerT, kwargs: OptimOptions) -> OptimizerT:
     """``optimizer`` itself; its ``step()`` averages the gradients over the replicas first."""
     if kwargs:
         raise TrainingSetupError(f"auto_optim on XLA takes no options, got {sorted(kwargs)}")
     if getattr(optimizer, WRAPPED, False):
         return optimizer
-    step: Callable[..., Any] = optimizer.step
+    step: Callable[..., object] = optimizer.step
 
     @functools.wraps(step)
-    def reduced_step(*args: Any, **kw: Any) -> Any:
+    def reduced_step(*args: object, **kw: object) -> object:
         _reduce_gradients(ctx, optimizer)
         return step(*args, **kw)
 
-    optimizer.step = reduced_step  # type: ignore[method-assign]  # the step of this optimizer, on purpose
+    optimizer.step = reduced_step  # type: ignore[method-assign, assignment]  # this optimizer's step, on purpose
     setattr(optimizer, WRAPPED, True)
     return optimizer
 
@@ -107,10 +108,10 @@ def wrap_optimizer(ctx: XlaContext, optimizer: OptimizerT, kwargs: dict[str, Any
 class _OnePass:
     """One pass of an AutoDataLoader, as the plain iterable MpDeviceLoader reads."""
 
-    def __init__(self, loader: AutoDataLoader[Any]) -> None:
+    def __init__(self, loader: AutoDataLoader[object]) -> None:
         self.loader = loader
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[object]:
         return AutoDataLoader.__iter__(self.loader)
 
     def __len__(self) -> int:
@@ -122,10 +123,11 @@ class XlaDeviceLoader(AutoDataLoader[T]):
 
     xla_device: torch.device
 
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # MpDeviceLoader's iterator, not torch's
+    def __iter__(self) -> Iterator[T]:  # type: ignore[override]  # MpDeviceLoader's iterator, not torch's
         from torch_xla.distributed.parallel_loader import MpDeviceLoader  # loaded on first iteration only
 
-        device_loader: Any = cast(Any, MpDeviceLoader)(_OnePass(self), self.xla_device)
+        # the same batches, moved to the device (torch_xla types its loader for a DataLoader)
+        device_loader = cast("Callable[..., Iterable[T]]", MpDeviceLoader)(_OnePass(self), self.xla_device)
         return iter(device_loader)
 
 
