@@ -18,8 +18,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, Work
 
 from ..._errors import GroupBrokenError
-from ..._number_sum import Mode
-from ..._speculative import Guess
+from ..._exchange import LockStep
 from ._guard import Guard
 from ._inflight import InFlight
 
@@ -96,21 +95,18 @@ class NativeComm:
     guard: Guard
     #: where tensors must live for this backend (cuda for nccl), None for anywhere
     stage: torch.device | None = None
-    slot: int = 64
-    sum_mode: Mode = "pair"
+    #: slot, number-sum mode, broadcast guesses, collective and agreement counters (see ``LockStep``)
+    lockstep: LockStep = attrs.Factory(LockStep)
     scratch: dict[str, torch.Tensor] = attrs.Factory(dict)
-    #: this group's namespace in the store, and its count of collectives (see _guard)
+    #: this group's namespace in the store (see _guard)
     key: str = "world"
-    seq: int = 0
     #: gather straight into one flat buffer (``_allgather_base``: one copy less); not on mpi
     flat: bool = True
     #: tensors the group's worker threads may still hold (see _inflight)
     inflight: InFlight = attrs.Factory(InFlight)
-    #: what each src broadcast last, for sending header and data together (see _speculative)
-    guesses: dict[int, tuple[Guess, bool]] = attrs.Factory(dict)
 
     def _wait(self, work: Callable[[], Work | tuple[Work, Work]], what: str, *tensors: torch.Tensor) -> None:
-        self.seq += 1
+        self.lockstep.seq += 1
         counts = self.inflight.before(tensors)
         failed = True
         started: Work | tuple[Work, Work] | None = None
@@ -131,7 +127,7 @@ class NativeComm:
 
     def _run(self, start: Callable[[list[torch.Tensor], Any], Work], t: torch.Tensor, opts: object, what: str) -> None:
         """``start([t], opts).wait()`` for the one-tensor calls (``_wait``, without its closures)."""
-        self.seq += 1
+        self.lockstep.seq += 1
         inflight = self.inflight
         count = inflight.before_one(t)
         failed = True

@@ -129,8 +129,6 @@ class Guard:
     sections: list[datetime.timedelta] = attrs.Factory(list)
     #: why the group is broken (every call then raises at once); None while it is usable
     broken: str | None = None
-    #: per comm, how many failures every rank agreed on (keys the next agreement)
-    agreed: dict[str, int] = attrs.Factory(dict)
     #: the ranks on the node that serves the store (named when it stops answering)
     store_host_ranks: tuple[int, ...] = ()
     #: drops the context's process groups once a collective failed (see ``failure``)
@@ -182,8 +180,8 @@ class Guard:
         store = self.store
         if store is None:
             return False
-        n = self.agreed.get(comm.key, 0)
-        prefix = f"idist/fail/{comm.key}/{comm.seq}.{n}/"
+        step = comm.lockstep
+        prefix = f"idist/fail/{comm.key}/{step.seq}.{step.agreed}/"
         keys = [f"{prefix}{r}" for r in range(len(comm.ranks))]
 
         def publish_and_wait() -> bool:
@@ -191,7 +189,7 @@ class Guard:
             return all(present(store, keys, AGREE_WINDOW))
 
         if bounded(publish_and_wait, AGREE_WINDOW + 1.0):
-            self.agreed[comm.key] = n + 1
+            step.agreed += 1
             return True
         return False
 
@@ -238,14 +236,15 @@ class Guard:
             self._drop("a collective failed on this rank: the group is no longer usable")
             return [], False
         prefix = f"idist/stall/{comm.key}/"
-        keys = [f"{prefix}{comm.seq}/{r}" for r in range(len(comm.ranks))]
+        seq = comm.lockstep.seq
+        keys = [f"{prefix}{seq}/{r}" for r in range(len(comm.ranks))]
         grace = min(STALL_GRACE, self.timeout.total_seconds())
 
         def tell() -> bool:
             # also as one collective behind and ahead: a peer there failed with the same fault
             # (its part of the last collective still in flight when it came, or already done)
-            for seq in (comm.seq, comm.seq - 1, comm.seq + 1):
-                store.set(f"{prefix}{seq}/{comm.group_rank}", "1")
+            for s in (seq, seq - 1, seq + 1):
+                store.set(f"{prefix}{s}/{comm.group_rank}", "1")
             return True
 
         told = bounded(tell, 1.0)
