@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 SLOW_MODULES = {
     "test_bad_input_gloo.py",
     "test_collectives_gloo.py",
+    "test_exit_broken.py",
     "test_failures.py",
     "test_ignite_compat.py",
     "test_launch_cli.py",

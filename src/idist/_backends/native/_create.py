@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import weakref
 from typing import TYPE_CHECKING, TypeVar, cast
 
 import attrs
@@ -81,23 +80,23 @@ def _build(
     timeout: datetime.timedelta, owns_default: bool, checked: bool | None = None, bind: str | None = None,
 ) -> C:  # fmt: skip
     device = _device(name, info.topology.local_rank)
+    t = info.topology
     guard = Guard(
         PrefixStore("idist/guard", store) if store is not None else None,
         timeout,
         checked=checked_from_env() if checked is None else checked,
-        store_host_ranks=tuple(range(info.topology.nproc_per_node)),
+        store_host_ranks=tuple(range(t.nproc_per_node)),
+        nproc_per_node=t.nproc_per_node if t.nnodes > 1 else 0,
     )
     world = NativeComm(
-        pg, tuple(range(info.topology.world_size)), info.topology.rank, guard,
-        stage=device if name == "nccl" else None, flat=name != "mpi",
+        pg, tuple(range(t.world_size)), t.rank, guard, stage=device if name == "nccl" else None,
+        flat=name != "mpi", default_group=owns_default,
     )  # fmt: skip
     state = ContextState(world)
     ctx = cls(
-        backend=name, topology=info.topology, device=device, config={**info.decided_by, "launcher": info.launcher},
+        backend=name, topology=t, device=device, config={**info.decided_by, "launcher": info.launcher},
         pg_timeout=timeout, bind_address=bind, _store=store, _owns_default=owns_default, _state=state,
     )  # fmt: skip
-    drop = weakref.WeakMethod(ctx._drop_groups)
-    guard.on_failure = lambda reason: (m := drop()) is not None and m(reason)
     if device.type == "cuda":
         previous = torch.cuda.current_device()
         torch.cuda.set_device(device)
