@@ -50,6 +50,9 @@ SLOW_TESTS = (
     "test_faults.py::test_one_node_launches_listen_on_loopback_only",
     "test_faults.py::test_a_launcher_killed_with_sigkill_takes_every_rank_within_a_second",
     "test_faults.py::test_idist_run_prefixes_each_line_once",
+    "test_liveness.py::test_a_slow_rank_that_is_alive_is_never_declared_lost",
+    "test_liveness.py::test_a_frozen_peer_is_lost_within_the_limit_not_the_collective_timeout",
+    "test_liveness.py::test_liveness_zero_turns_it_off",
 )
 
 

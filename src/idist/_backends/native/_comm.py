@@ -24,6 +24,7 @@ from ..._errors import GroupBrokenError, IdistError
 from ..._exchange import LockStep
 from ._guard import Guard
 from ._inflight import FAILED_SECONDS, InFlight
+from ._liveness import Lost
 from ._reaper import bury
 from ._verdict import Fault
 
@@ -109,6 +110,8 @@ class NativeComm:
     flat: bool = True
     #: tensors the group's worker threads may still hold (see _inflight)
     inflight: InFlight = attrs.Factory(InFlight)
+    #: how long a wait lasts before it asks the liveness watcher about the peers (None: one wait)
+    slice: datetime.timedelta | None = None
     #: ``pg`` is torch's default group and this comm's context created it (released: destroyed)
     default_group: bool = False
     #: the torch ProcessGroup built around ``pg`` for DDP (an in-process context's; see _ddp)
@@ -121,12 +124,13 @@ class NativeComm:
         inflight = self.inflight
         counts = inflight.before(tensors)
         began = time.monotonic()
+        lost: Lost | None = None
         failure: RuntimeError | None = None
         done = False
         self.busy += 1
         try:
-            self._finish_all(work())
-            done = True
+            lost = self._finish_all(work())
+            done = lost is None
         except RuntimeError as exc:
             failure = exc
         finally:
@@ -134,7 +138,7 @@ class NativeComm:
             self.busy -= 1
         if not done:
             del work  # it reaches the group, whose connections the failure closes
-            raise self._failed(what, failure, began) from failure
+            raise self._failed(what, failure, lost, began) from failure
 
     def _run(self, start: Callable[[list[torch.Tensor], Any], Work], t: torch.Tensor, opts: object, what: str) -> None:
         """``_wait`` for the one-tensor calls, without its closures (the hot path)."""
@@ -142,12 +146,16 @@ class NativeComm:
         inflight = self.inflight
         count = inflight.before_one(t)
         began = time.monotonic()
+        lost: Lost | None = None
         failure: RuntimeError | None = None
         done = False
         self.busy += 1
         try:
-            start([t], opts).wait()
-            done = True
+            if self.slice is None:
+                start([t], opts).wait()
+            else:
+                lost = self._finish(start([t], opts))
+            done = lost is None
         except RuntimeError as exc:
             failure = exc
         finally:
@@ -155,23 +163,42 @@ class NativeComm:
             self.busy -= 1
         if not done:
             del start  # a bound method of the group, whose connections the failure closes
-            raise self._failed(what, failure, began) from failure
+            raise self._failed(what, failure, lost, began) from failure
 
-    @staticmethod
-    def _finish_all(started: Work | tuple[Work, Work]) -> None:
+    def _finish_all(self, started: Work | tuple[Work, Work]) -> Lost | None:
         for work in started if isinstance(started, tuple) else (started,):
-            work.wait()
+            lost = self._finish(work)
+            if lost is not None:
+                return lost
+        return None
 
-    def _failed(self, call: str, exc: RuntimeError | None, began: float) -> IdistError:
+    def _finish(self, work: Work) -> Lost | None:
+        """Wait for ``work`` (raising the backend's error) in slices, asking the liveness watcher
+        between two: what it found about this group's ranks ends the wait, the work in flight."""
+        slice = self.slice
+        while slice is not None:
+            try:
+                work.wait(slice)
+                return None
+            except RuntimeError:
+                if work.is_completed():  # it failed: the wait below raises the backend's error
+                    break
+            lost = self.guard.lost(self.ranks)
+            if lost is not None:
+                return lost
+        work.wait()
+        return None
+
+    def _failed(self, call: str, exc: RuntimeError | None, lost: Lost | None, began: float) -> IdistError:
         """What a failed collective raises, top to bottom: the guard judges the failure; this comm
         releases its group (closed connections wake every peer blocked on this rank, which then
         records its own arrival); the guard hears who else arrived; the group is broken."""
         if exc is not None:
             traceback.clear_frames(exc.__traceback__)  # their work objects hold the group's connections
         guard = self.guard
-        verdict = guard.judge(self, call, exc, time.monotonic() - began)
-        self.release(verdict.reason)
-        if verdict.fault is not Fault.BROKEN:
+        verdict = guard.judge(self, call, exc, lost, time.monotonic() - began)
+        self.release(verdict.reason, stuck=lost is not None)
+        if lost is None and verdict.fault is not Fault.BROKEN:
             verdict = guard.report(self, verdict)
         guard.broken = guard.broken or verdict.reason
         return verdict.error()

@@ -98,7 +98,7 @@ class NativeContext(DistContext[NativeComm]):
             pg = dist.ProcessGroupNCCL(store, grank, len(ranks), dist.ProcessGroupNCCL.Options())
         world = self._state.world
         key = "g" + "-".join(map(str, ranks))
-        return NativeComm(pg, ranks, grank, world.guard, stage=world.stage, key=key)
+        return NativeComm(pg, ranks, grank, world.guard, stage=world.stage, key=key, slice=world.slice)
 
     def _native_group_comm(self, group: object) -> NativeComm | None:
         if type(group) is int and group == dist.GroupMember.NON_GROUP_MEMBER:
@@ -112,7 +112,7 @@ class NativeContext(DistContext[NativeComm]):
             world = self._state.world
             comms[key] = (
                 NativeComm(group, ranks, ranks.index(self.rank), world.guard, stage=world.stage,
-                           key=f"n{id(group)}", flat=world.flat)
+                           key=f"n{id(group)}", flat=world.flat, slice=world.slice)
                 if self.rank in ranks else None
             )  # fmt: skip
         return comms[key]

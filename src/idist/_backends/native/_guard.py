@@ -25,6 +25,7 @@ from torch._C._distributed_c10d import Store
 
 from ... import _codec, _exchange
 from ..._errors import CollectiveMismatchError, IdistError
+from ._liveness import Heartbeat, Lost
 from ._verdict import Fault, Verdict, bounded, first_line, present, read
 
 if TYPE_CHECKING:
@@ -107,6 +108,8 @@ class Guard:
     store_host_ranks: tuple[int, ...] = ()
     #: ranks per node, to name the nodes of missing ranks (0 for a one-node job: no node named)
     nproc_per_node: int = 0
+    #: the heartbeats of every rank (None: liveness off, or no store to beat on)
+    liveness: Heartbeat | None = None
     #: the one-element tensor two ranks sum their call hashes in (see ``check``)
     check_sum: torch.Tensor = attrs.Factory(lambda: torch.zeros((), dtype=torch.float64))
 
@@ -179,11 +182,19 @@ class Guard:
             bounded(lambda: store.compare_set(BROKEN_KEY, "", reason), 1.0)
 
     # ----------------------------------------------------------- backend failures
-    def judge(self, comm: NativeComm, call: str, exc: BaseException | None, elapsed: float) -> Verdict:
+    def lost(self, ranks: Sequence[int]) -> Lost | None:
+        """The ranks of ``ranks`` the liveness watcher lost, or None (asked while a collective waits)."""
+        return self.liveness.lost(ranks) if self.liveness is not None else None
+
+    def judge(
+        self, comm: NativeComm, call: str, exc: BaseException | None, lost: Lost | None, elapsed: float
+    ) -> Verdict:
         """The first verdict on a failed collective: broken by a peer (the store says so), lost
         (the watcher's finding, or the backend's error), or timed out (it ran the whole timeout).
         ``report`` then completes a backend failure with the ranks that did not arrive."""
         base = Verdict(call, comm.ranks, Fault.LOST, nproc_per_node=self.nproc_per_node)
+        if lost is not None:
+            return attrs.evolve(base, missing=lost.ranks, why=lost.why)
         said = first_line(exc) if exc is not None else ""
         store = self.store
         by = bounded(lambda: read(store, BROKEN_KEY), 1.0) if store is not None else None
