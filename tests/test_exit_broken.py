@@ -106,3 +106,17 @@ def test_every_launcher(launcher: str, case: str, mode: str, tmp_path: Path) -> 
         assert set(codes) <= {1, -signal.SIGTERM}, out
     elif launcher == "parallel":
         assert "idist._errors.LaunchError: rank" in err, err[-3000:]
+
+
+def test_idist_run_names_the_collective_of_a_rank_gloo_aborted(tmp_path: Path) -> None:
+    """An unchecked dtype mismatch is the one abort idist cannot prevent (docs/failures.md): the
+    launcher reports it with the rank, the signal and the collective from the rank's stall mark."""
+    proc = run_py(["-m", "idist", "run", "-n", "2", str(SCRIPTS / "dtype_mismatch.py")],
+                  env=clean_env(TMPDIR=str(tmp_path)))  # fmt: skip
+    assert proc.returncode == 128 + signal.SIGABRT, (proc.returncode, proc.stderr[-3000:])
+    said = re.search(r"idist run: rank (\d) \(local rank \d\) was killed by SIGABRT in (.*) \(its last collective\)",
+                     proc.stderr)  # fmt: skip
+    assert said is not None, proc.stderr[-3000:]
+    assert said.group(2) == "all_reduce #3 on group world", said.group(0)
+    assert "run with --checked" in proc.stderr and "Received data size doesn't match" in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # the stall marks' folder is gone

@@ -119,8 +119,17 @@ class NativeComm:
     #: collectives of this comm running now (on any thread): its group cannot be destroyed
     busy: int = 0
 
+    def _mark(self, what: str) -> None:
+        """Count this backend call; with stall marks on, note it where the launcher can read it."""
+        step = self.lockstep
+        step.seq += 1
+        marks = self.guard.marks
+        if marks is not None:
+            group = "world" if self.key == "world" else str(list(self.ranks))
+            marks.write(step.seq, what.encode(), group.encode()[:40])
+
     def _wait(self, work: Callable[[], Work | tuple[Work, Work]], what: str, *tensors: torch.Tensor) -> None:
-        self.lockstep.seq += 1
+        self._mark(what)
         inflight = self.inflight
         counts = inflight.before(tensors)
         began = time.monotonic()
@@ -142,7 +151,7 @@ class NativeComm:
 
     def _run(self, start: Callable[[list[torch.Tensor], Any], Work], t: torch.Tensor, opts: object, what: str) -> None:
         """``_wait`` for the one-tensor calls, without its closures (the hot path)."""
-        self.lockstep.seq += 1
+        self._mark(what)
         inflight = self.inflight
         count = inflight.before_one(t)
         began = time.monotonic()

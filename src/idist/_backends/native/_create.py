@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store
 
+from ... import _marks
 from ..._core import ContextState
 from ..._errors import AlreadyInitializedError, BackendUnavailableError, LaunchEnvironmentError
 from ..._launch_env import LaunchInfo, detect
@@ -90,6 +91,7 @@ def _build(
         store_host_ranks=tuple(range(t.nproc_per_node)),
         nproc_per_node=t.nproc_per_node if t.nnodes > 1 else 0,
         liveness=liveness,
+        marks=_marks.from_env(t.rank, os.environ),
     )
     # gloo's waits can be cut into slices (between two, the watcher is asked about the peers)
     sliced = liveness is not None and name == "gloo"

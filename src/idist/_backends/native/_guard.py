@@ -25,6 +25,7 @@ from torch._C._distributed_c10d import Store
 
 from ... import _codec, _exchange
 from ..._errors import CollectiveMismatchError, IdistError
+from ..._marks import Marks
 from ._liveness import Heartbeat, Lost
 from ._verdict import Fault, Verdict, bounded, first_line, present, read
 
@@ -110,6 +111,8 @@ class Guard:
     nproc_per_node: int = 0
     #: the heartbeats of every rank (None: liveness off, or no store to beat on)
     liveness: Heartbeat | None = None
+    #: this rank's stall mark, when its launcher reads it (``idist run``; see ``_marks``)
+    marks: Marks | None = None
     #: the one-element tensor two ranks sum their call hashes in (see ``check``)
     check_sum: torch.Tensor = attrs.Factory(lambda: torch.zeros((), dtype=torch.float64))
 
