@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -79,8 +77,7 @@ def run_script(plan: LaunchPlan, target: Sequence[str], extra_env: Mapping[str, 
         port = reservation.port
     base = {k: v for k, v in os.environ.items() if k not in INHERITED_RANK_VARS}
     base.update(extra_env)
-    marks = tempfile.mkdtemp(prefix="idist-marks-")  # each rank's stall mark (``_marks``)
-    base[_marks.MARKS_VAR] = marks
+    marks = _marks.board(plan.nproc_per_node)  # each rank's last collective (``_marks``)
     procs: list[subprocess.Popen[bytes]] = []
     pumps: list[threading.Thread] = []
     lock = threading.Lock()
@@ -97,9 +94,11 @@ def run_script(plan: LaunchPlan, target: Sequence[str], extra_env: Mapping[str, 
             env = dict(base, RANK=str(t.rank), LOCAL_RANK=str(local), WORLD_SIZE=str(t.world_size),
                        LOCAL_WORLD_SIZE=str(t.nproc_per_node), GROUP_RANK=str(t.node_rank), NNODES=str(t.nnodes),
                        MASTER_ADDR=addr, MASTER_PORT=str(port))  # fmt: skip
+            if marks is not None:
+                env[_marks.MARKS_VAR] = marks.variable(local)
             p = subprocess.Popen(
                 [sys.executable, "-u", *target], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                preexec_fn=_own_group_dying_with_parent,
+                preexec_fn=_own_group_dying_with_parent, pass_fds=() if marks is None else (marks.fd,),
             )  # fmt: skip
             procs.append(p)
             prefix = f"[rank{t.rank}]:".encode()
@@ -111,7 +110,8 @@ def run_script(plan: LaunchPlan, target: Sequence[str], extra_env: Mapping[str, 
         return _watch(plan, procs, stopped_by, node_label, marks)
     finally:
         _stop(procs)
-        shutil.rmtree(marks, ignore_errors=True)
+        if marks is not None:
+            marks.close()
         for pump in pumps:
             pump.join(5.0)
         for s, handler in old.items():
@@ -120,7 +120,9 @@ def run_script(plan: LaunchPlan, target: Sequence[str], extra_env: Mapping[str, 
             reservation.close()
 
 
-def _watch(plan: LaunchPlan, procs: list[subprocess.Popen[bytes]], stopped_by: list[int], node: str, marks: str) -> int:
+def _watch(
+    plan: LaunchPlan, procs: list[subprocess.Popen[bytes]], stopped_by: list[int], node: str, marks: _marks.Board | None
+) -> int:
     """Wait for every rank; on the first failure stop the others and say which rank failed (and, for
     a rank killed by a signal, the collective it was in, from its stall mark)."""
     while True:
@@ -136,7 +138,7 @@ def _watch(plan: LaunchPlan, procs: list[subprocess.Popen[bytes]], stopped_by: l
             sig = signal_name(code)
             rank = plan.topology(local).rank
             how = f"was killed by {sig}" if sig else f"exited with code {code}"
-            last = _marks.read(marks, rank) if sig else None
+            last = marks.read(local) if sig and marks is not None else None
             if last is not None:
                 how += f" in {last} (its last collective)"
                 how += f"; {ABORT_HINT}" if code == -signal.SIGABRT else ""

@@ -91,7 +91,7 @@ def _build(
         store_host_ranks=tuple(range(t.nproc_per_node)),
         nproc_per_node=t.nproc_per_node if t.nnodes > 1 else 0,
         liveness=liveness,
-        marks=_marks.from_env(t.rank, os.environ),
+        marks=_marks.from_env(os.environ),
     )
     # gloo's waits can be cut into slices (between two, the watcher is asked about the peers)
     sliced = liveness is not None and name == "gloo"
