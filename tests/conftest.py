@@ -21,6 +21,7 @@ SLOW_MODULES = {
     "test_bad_input_gloo.py",
     "test_checkpoint_gloo.py",
     "test_collectives_gloo.py",
+    "test_exit_broken.py",
     "test_failures.py",
     "test_ignite_compat.py",
     "test_launch_cli.py",
@@ -55,6 +56,9 @@ SLOW_TESTS = (
     "test_fsdp_gloo.py::test_each_fsdp_rank",
     "test_fsdp_gloo.py::test_accumulation_under_no_sync",
     "test_fsdp_gloo.py::test_bad_fsdp_options",
+    "test_liveness.py::test_a_slow_rank_that_is_alive_is_never_declared_lost",
+    "test_liveness.py::test_a_frozen_peer_is_lost_within_the_limit_not_the_collective_timeout",
+    "test_liveness.py::test_liveness_zero_turns_it_off",
 )
 
 

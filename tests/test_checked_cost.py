@@ -39,9 +39,9 @@ def _tensor(rank: int, dtype: torch.dtype, n: int) -> torch.Tensor:
 
 def _run(ctx: NativeContext, call: Call) -> tuple[object, int]:
     comm = ctx._state.world
-    before = comm.seq
+    before = comm.lockstep.seq
     got = call(ctx)
-    return _bits(got), comm.seq - before
+    return _bits(got), comm.lockstep.seq - before
 
 
 def _both(world_size: int, call: Call) -> tuple[list[tuple[object, int]], list[tuple[object, int]]]:

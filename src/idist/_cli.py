@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
         "--rdzv-timeout", type=float, default=None, metavar="S",
         help="seconds the ranks wait for each other to join (default: the process group's timeout)",
     )  # fmt: skip
+    liveness_help = "seconds without a heartbeat after which a rank is lost (default 30; 0 turns it off)"
+    run.add_argument("--liveness", type=float, default=None, metavar="S", help=liveness_help)
     run.add_argument("-m", "--module", action="store_true", help="run the target as a module (python -m)")
     run.add_argument("script", help="the script (or module with -m) to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
@@ -101,6 +103,10 @@ def _run_native(a: argparse.Namespace) -> int:
     env = {"IDIST_CHECKED": "1"} if a.checked else {}
     if a.rdzv_timeout is not None:
         env["IDIST_RDZV_TIMEOUT"] = str(a.rdzv_timeout)
+    if a.liveness is not None:
+        if not a.liveness >= 0:
+            return _fail(f"--liveness must be a number of seconds >= 0 (0 turns it off), got {a.liveness}")
+        env["IDIST_LIVENESS"] = repr(a.liveness)
     target = ["-m", a.script] if a.module else [a.script]
     node = f", node {a.node_rank}" if a.nnodes > 1 else ""
     return run_script(plan, [*target, *a.args], env, node)

@@ -60,12 +60,13 @@ def all_reduce(ctx: DistContext[CommT], comm: CommT, x: object, op: str) -> obje
         return fold_values(op, [x])
     n = len(comm.ranks)
     summing = ctx.EXACT_SUM_PAIRS and op in _number_sum.OPS and n < _number_sum.MAX_RANKS
-    if summing and (mode := comm.sum_mode) != "gather":
+    step = comm.lockstep
+    if summing and (mode := step.sum_mode) != "gather":
         summed = _number_sum.contribution(x, op, mode)
         ctx._allreduce_tensor(summed, "SUM", comm)
         result = _number_sum.result(summed, n, op, mode)
         if not isinstance(result, _number_sum.Miss):
-            comm.sum_mode = _number_sum.after_sum(result, n)
+            step.sum_mode = _number_sum.after_sum(result, n)
             return result
     try:
         check_value_op(op, x)
@@ -74,7 +75,7 @@ def all_reduce(ctx: DistContext[CommT], comm: CommT, x: object, op: str) -> obje
         frame = _codec.encode_error(exc)
     values = _exchange.decode_all(comm, _exchange.gather_frames(comm, frame), "all_reduce")
     if summing:
-        comm.sum_mode = _number_sum.after_gather(values)
+        step.sum_mode = _number_sum.after_gather(values)
     return fold_values(op, values)
 
 

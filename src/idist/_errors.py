@@ -54,7 +54,7 @@ class IdistError(Exception):
     ├── ContextClosedError           (RuntimeError) a context used after finalize()/its block
     ├── CollectiveTimeoutError       (TimeoutError) a collective did not complete in time (names the missing ranks)
     ├── RendezvousTimeoutError       (TimeoutError) ranks (nodes) that did not join the rendezvous in time
-    ├── PeerLostError                (ConnectionError) a peer died or closed its connection mid-collective
+    ├── PeerLostError                (ConnectionError) a peer died, closed its connection or went silent mid-collective
     │   └── GroupBrokenError         (ConnectionError) the group is unusable: one rank failed, or a collective
     ├── LeaderFailedError            (RuntimeError) the leader of one_rank_first / one_rank_only raised
     └── TrainingSetupError           (ValueError)   auto_model / auto_optim / auto_dataloader options that cannot work
@@ -155,7 +155,7 @@ class RendezvousTimeoutError(IdistError, TimeoutError):
 
 
 class PeerLostError(IdistError, ConnectionError):
-    """A peer died or closed its connection in the middle of a collective."""
+    """A peer died, closed its connection or stopped answering (liveness) in the middle of a collective."""
 
 
 class GroupBrokenError(PeerLostError):

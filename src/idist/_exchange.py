@@ -1,11 +1,11 @@
-"""Moving frames between ranks with a *slot* agreed by all of them.
+"""Moving frames between ranks with a *slot* agreed by all of them, and ``LockStep``, the
+state of a group that every rank advances alike.
 
-gloo aborts a process when ranks pass different sizes to one all_gather, so
-every rank must know the byte size before the data moves. Instead of a separate size
-exchange on every call, each group remembers the slot size that the last exchange agreed
-on (every rank derives it from the same gathered lengths, so it is the same everywhere).
-A frame that fits its slot moves in one collective; otherwise the first round carries only
-its length and a second round moves everything with a slot that fits.
+gloo aborts a process when ranks pass different sizes to one all_gather, so every rank
+must know the byte size before the data moves. Each group remembers the slot size that its
+last exchange agreed on (every rank derives it from the same gathered lengths). A frame
+that fits its slot moves in one collective; otherwise the first round carries only its
+length and a second round moves everything with a slot that fits.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 from typing import Protocol
 
+import attrs
 import torch
 
 from ._codec import decode
@@ -23,6 +24,33 @@ from ._number_sum import Mode
 MIN_SLOT = 64
 _string_at = ctypes.string_at
 _memmove = ctypes.memmove
+
+#: a src's shape and dtype, as the header of its last large tensor broadcast said (``_speculative``)
+Guess = tuple[tuple[int, ...], torch.dtype]
+
+
+@attrs.define
+class LockStep:
+    """The state of one group that must be equal on every rank of it after every call.
+
+    The rule: a field changes only as a function of what every rank of the group saw in the
+    same collective (gathered lengths, a sum, a broadcast header, an agreement in the store),
+    never of this rank's own input or outcome. A call that raises must raise on every rank
+    after the same changes, or break the group; an early return on one rank is a hang.
+    ``tests/test_lockstep.py`` compares every rank's copy after each call of a mixed sequence.
+    """
+
+    #: the byte size the next exchange sends (see ``gather_slots``)
+    slot: int = MIN_SLOT
+    #: how the next SUM of Python numbers moves (``_number_sum``)
+    sum_mode: Mode = "pair"
+    #: per group rank of src: its last large tensor's shape and dtype, and whether to trust it (``_speculative``)
+    guesses: dict[int, tuple[Guess, bool]] = attrs.Factory(dict)
+    #: the group's collectives so far, as its backend counts them (native: every backend call, keying
+    #: the failure records in the store; Horovod: every all_reduce, naming it)
+    seq: int = 0
+    #: failures before communicating that every rank agreed on (native; keys the next agreement)
+    agreed: int = 0
 
 
 class Comm(Protocol):
@@ -36,9 +64,8 @@ class Comm(Protocol):
     @property
     def group_rank(self) -> int: ...
 
-    slot: int
-    #: how the next SUM of Python numbers moves (see _number_sum)
-    sum_mode: Mode
+    #: what every rank of the group advances alike (see ``LockStep``)
+    lockstep: LockStep
     #: large send and receive buffers kept from call to call (see ``_buffer``)
     scratch: dict[str, torch.Tensor]
 
@@ -112,13 +139,14 @@ def gather_frames(comm: Comm, frame: Frame) -> list[torch.Tensor]:
 
 def gather_slots(comm: Comm, frame: Frame) -> tuple[torch.Tensor, int]:
     """All-gather one frame per rank: the bytes (CPU) and the slot size (rank r's frame at r * size)."""
-    size = comm.slot
+    step = comm.lockstep
+    size = step.slot
     out = comm.allgather_bytes(_fill(frame, size, comm))
     longest = max(_lengths(out, size, len(comm.ranks)))
     if longest > size:
         size = _slot_for(longest)
         out = comm.allgather_bytes(_fill(frame, size, comm))
-    comm.slot = _slot_for(longest)
+    step.slot = _slot_for(longest)
     return out, size
 
 
@@ -131,7 +159,8 @@ def all_start_with(out: torch.Tensor, size: int, n: int, head: bytes) -> bool:
 
 def first_slot(comm: Comm, frame: Frame | None) -> torch.Tensor:
     """What a broadcast's first round sends: ``frame`` in the agreed slot (src), or room for it."""
-    return _fill(frame, comm.slot, comm) if frame is not None else _buffer(comm, "receive", comm.slot)
+    slot = comm.lockstep.slot
+    return _fill(frame, slot, comm) if frame is not None else _buffer(comm, "receive", slot)
 
 
 def broadcast_frame(comm: Comm, frame: Frame | None, src: int) -> torch.Tensor:
@@ -148,7 +177,7 @@ def finish_broadcast(comm: Comm, buf: torch.Tensor, frame: Frame | None, src: in
         size = _slot_for(length)
         buf = _fill(frame, size, comm) if frame is not None else _buffer(comm, "receive", size)
         comm.broadcast_bytes(buf, src)
-    comm.slot = _slot_for(length)
+    comm.lockstep.slot = _slot_for(length)
     return buf
 
 

@@ -18,17 +18,15 @@ from typing import Protocol
 import torch
 
 from . import _exchange
+from ._exchange import Guess
 from ._frame import Frame, tensor_bytes
 
-#: src's shape and dtype, as the header of its last large tensor broadcast said
-Guess = tuple[tuple[int, ...], torch.dtype]
+__all__ = ["Guess", "Pipeline", "fits", "guess", "remember", "send"]
 
 
 class Pipeline(_exchange.Comm, Protocol):
-    """A comm that can run a header broadcast and a data broadcast back to back."""
-
-    #: per group rank of src: its last large tensor's shape and dtype, and whether to trust it
-    guesses: dict[int, tuple[Guess, bool]]
+    """A comm that can run a header broadcast and a data broadcast back to back (its guesses
+    live in its ``lockstep``)."""
 
     def broadcast_pair(self, head: torch.Tensor, data: torch.Tensor, src: int) -> None:
         """Broadcast two CPU buffers from group rank ``src``, the second not waiting for the first."""
@@ -37,17 +35,18 @@ class Pipeline(_exchange.Comm, Protocol):
 
 def guess(pipe: Pipeline, src: int) -> Guess | None:
     """The shape and dtype every rank expects from ``src`` now, or None to ask first."""
-    entry = pipe.guesses.get(src)
+    entry = pipe.lockstep.guesses.get(src)
     return entry[0] if entry is not None and entry[1] else None
 
 
 def remember(pipe: Pipeline, src: int, seen: Guess | None) -> None:
     """Note what ``src`` sent (None: not a large tensor): trusted at once, or once repeated after a miss."""
+    guesses = pipe.lockstep.guesses
     if seen is None:
-        pipe.guesses.pop(src, None)
+        guesses.pop(src, None)
         return
-    last = pipe.guesses.get(src)
-    pipe.guesses[src] = (seen, last is None or last[0] == seen)
+    last = guesses.get(src)
+    guesses[src] = (seen, last is None or last[0] == seen)
 
 
 def fits(t: torch.Tensor, expected: Guess) -> bool:

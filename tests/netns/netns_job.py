@@ -7,9 +7,10 @@ with the exception type, message and the wall time it was raised at):
 * ``spawn``: ``idist.spawn(rank_main, nprocs=2, nnodes=N, node_rank=i, master_addr=A, master_port=P)``.
 * ``parallel``: ``idist.Parallel(backend="gloo", nproc_per_node=2, nnodes=N, node_rank=i, ...)``.
 
-``--work``: ``checks`` (collectives + topology + training equivalence) or ``loop`` (all_reduce in a
+``--work``: ``checks`` (collectives + topology + training equivalence), ``loop`` (all_reduce in a
 loop, a heartbeat file per rank, until the test breaks something; ``--section S`` bounds each call
-with ``ctx.timeout(S)``).
+with ``ctx.timeout(S)``) or ``slow`` (rank 2 computes for ``--slow S`` seconds between two
+all_reduces while the others wait in the second).
 """
 
 from __future__ import annotations
@@ -106,6 +107,19 @@ def loop(ctx: idist.DistContext, out: Path, tag: str, section: float | None) -> 
         time.sleep(0.01)
 
 
+def slow(ctx: idist.DistContext, seconds: float) -> dict[str, Any]:
+    """Rank 2 computes (Python and a sleep) while the others wait for it inside a collective."""
+    first = ctx.all_reduce(ctx.rank)
+    start = time.monotonic()
+    if ctx.rank == 2:
+        end = start + seconds / 2
+        while time.monotonic() < end:
+            pass
+        time.sleep(seconds / 2)
+    second = ctx.all_reduce(torch.full((3,), float(ctx.rank)))
+    return {"first": first, "second": second.tolist(), "waited": time.monotonic() - start, "after": ctx.all_gather(1)}
+
+
 def _record(out: Path, tag: str, rank: int, fn: Any, *args: Any) -> Any:
     try:
         res = fn(*args)
@@ -125,6 +139,8 @@ def _body(ctx: idist.DistContext, a: argparse.Namespace) -> Any:
     (out / f"{a.tag}pid{ctx.rank}").write_text(str(os.getpid()))
     if a.work == "checks":
         return checks(ctx, a.training)
+    if a.work == "slow":
+        return slow(ctx, a.slow)
     return loop(ctx, out, a.tag, a.section)
 
 
@@ -154,7 +170,8 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("mode", choices=["env", "spawn", "parallel"])
     p.add_argument("out")
-    p.add_argument("--work", choices=["checks", "loop"], default="checks")
+    p.add_argument("--work", choices=["checks", "loop", "slow"], default="checks")
+    p.add_argument("--slow", type=float, default=10.0, help="--work slow: seconds rank 2 computes")
     p.add_argument("--training", action="store_true")
     p.add_argument("--tag", default="")
     p.add_argument("--section", type=float, default=None)

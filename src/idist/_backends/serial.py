@@ -11,7 +11,7 @@ from torch import nn
 from .._context import DistContext
 from .._core import ContextState
 from .._errors import CollectiveInputError
-from .._number_sum import Mode
+from .._exchange import LockStep
 from .._topology import Topology
 from ..training._model import whole
 
@@ -22,8 +22,7 @@ class SelfComm:
 
     ranks: tuple[int, ...] = (0,)
     group_rank: int = 0
-    slot: int = 64
-    sum_mode: Mode = "pair"
+    lockstep: LockStep = attrs.Factory(LockStep)
     scratch: dict[str, torch.Tensor] = attrs.Factory(dict)
 
     def allgather_bytes(self, buf: torch.Tensor) -> torch.Tensor:

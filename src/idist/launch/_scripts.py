@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import IO
 
+from .. import _marks
 from ._child import die_with_parent
 from ._handle import signal_name
 from ._plan import LaunchPlan
@@ -29,6 +30,11 @@ from ._procs import INHERITED_RANK_VARS
 
 #: seconds the other ranks get after SIGTERM before SIGKILL
 GRACE_SECONDS = 3.0
+#: what a rank that gloo aborted most likely did (see docs/failures.md, "Checked mode")
+ABORT_HINT = (
+    "gloo aborts a rank whose peer sends more bytes than its tensor holds, as in an all_reduce of float32 "
+    "on one rank and float64 on another: run with --checked to compare every call first"
+)
 
 
 def _own_group_dying_with_parent() -> None:
@@ -71,6 +77,7 @@ def run_script(plan: LaunchPlan, target: Sequence[str], extra_env: Mapping[str, 
         port = reservation.port
     base = {k: v for k, v in os.environ.items() if k not in INHERITED_RANK_VARS}
     base.update(extra_env)
+    marks = _marks.board(plan.nproc_per_node)  # each rank's last collective (``_marks``)
     procs: list[subprocess.Popen[bytes]] = []
     pumps: list[threading.Thread] = []
     lock = threading.Lock()
@@ -87,9 +94,11 @@ def run_script(plan: LaunchPlan, target: Sequence[str], extra_env: Mapping[str, 
             env = dict(base, RANK=str(t.rank), LOCAL_RANK=str(local), WORLD_SIZE=str(t.world_size),
                        LOCAL_WORLD_SIZE=str(t.nproc_per_node), GROUP_RANK=str(t.node_rank), NNODES=str(t.nnodes),
                        MASTER_ADDR=addr, MASTER_PORT=str(port))  # fmt: skip
+            if marks is not None:
+                env[_marks.MARKS_VAR] = marks.variable(local)
             p = subprocess.Popen(
                 [sys.executable, "-u", *target], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                preexec_fn=_own_group_dying_with_parent,
+                preexec_fn=_own_group_dying_with_parent, pass_fds=() if marks is None else (marks.fd,),
             )  # fmt: skip
             procs.append(p)
             prefix = f"[rank{t.rank}]:".encode()
@@ -98,9 +107,11 @@ def run_script(plan: LaunchPlan, target: Sequence[str], extra_env: Mapping[str, 
                 pump = threading.Thread(target=_pump, args=(stream, prefix, out, lock), daemon=True)
                 pump.start()
                 pumps.append(pump)
-        return _watch(plan, procs, stopped_by, node_label)
+        return _watch(plan, procs, stopped_by, node_label, marks)
     finally:
         _stop(procs)
+        if marks is not None:
+            marks.close()
         for pump in pumps:
             pump.join(5.0)
         for s, handler in old.items():
@@ -109,8 +120,11 @@ def run_script(plan: LaunchPlan, target: Sequence[str], extra_env: Mapping[str, 
             reservation.close()
 
 
-def _watch(plan: LaunchPlan, procs: list[subprocess.Popen[bytes]], stopped_by: list[int], node: str) -> int:
-    """Wait for every rank; on the first failure stop the others and say which rank failed."""
+def _watch(
+    plan: LaunchPlan, procs: list[subprocess.Popen[bytes]], stopped_by: list[int], node: str, marks: _marks.Board | None
+) -> int:
+    """Wait for every rank; on the first failure stop the others and say which rank failed (and, for
+    a rank killed by a signal, the collective it was in, from its stall mark)."""
     while True:
         if stopped_by:
             received = signal.Signals(stopped_by[0])
@@ -122,8 +136,12 @@ def _watch(plan: LaunchPlan, procs: list[subprocess.Popen[bytes]], stopped_by: l
             local, code = failed[0]
             assert code is not None
             sig = signal_name(code)
-            how = f"was killed by {sig}" if sig else f"exited with code {code}"
             rank = plan.topology(local).rank
+            how = f"was killed by {sig}" if sig else f"exited with code {code}"
+            last = marks.read(local) if sig and marks is not None else None
+            if last is not None:
+                how += f" in {last} (its last collective)"
+                how += f"; {ABORT_HINT}" if code == -signal.SIGABRT else ""
             print(f"idist run: rank {rank} (local rank {local}{node}) {how}; stopped the others", file=sys.stderr)
             _stop(procs)
             return 128 - code if code < 0 else code

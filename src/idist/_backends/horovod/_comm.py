@@ -18,8 +18,7 @@ import attrs
 import torch
 
 from ..._errors import CollectiveInputError
-from ..._number_sum import Mode
-from ..._speculative import Guess
+from ..._exchange import LockStep
 from . import _lib
 from ._lib import mapped_errors
 
@@ -37,15 +36,12 @@ class HorovodComm:
     process_set: ProcessSet
     ranks: tuple[int, ...]
     group_rank: int
-    slot: int = 64
-    sum_mode: Mode = "pair"
+    #: slot, number-sum mode, broadcast guesses and the all_reduce counter (``seq``, modulo
+    #: ``AR_NAMES``): the same on every member
+    lockstep: LockStep = attrs.Factory(LockStep)
     scratch: dict[str, torch.Tensor] = attrs.Factory(dict)
     #: device types on which Horovod said it has no Adasum kernel (a gloo-only build): emulated
     no_native_adasum: set[str] = attrs.Factory(set)
-    #: what each src broadcast last, for sending header and data together (see _speculative)
-    guesses: dict[int, tuple[Guess, bool]] = attrs.Factory(dict)
-    #: all_reduce calls on this set so far, modulo ``AR_NAMES`` (the same on every member)
-    _seq: int = attrs.field(default=0, alias="_seq")
 
     def _name(self, kind: str, key: str) -> str:
         return f"idist.{kind}.{self.process_set.process_set_id}.{key}"
@@ -99,8 +95,9 @@ class HorovodComm:
         """In place with a native Horovod op; ``t`` must have a dtype Horovod reduces (``_fold``)."""
         hvd = _lib.hvd
         work = t if t.is_contiguous() else t.contiguous()
-        self._seq = (self._seq + 1) % AR_NAMES
-        name = self._name("ar", str(self._seq))
+        step = self.lockstep
+        step.seq = (step.seq + 1) % AR_NAMES
+        name = self._name("ar", str(step.seq))
         with mapped_errors("all_reduce"):
             hvd.synchronize(hvd.allreduce_async_(work, name=name, op=_lib.op_code(op), process_set=self.process_set))
         if work is not t:

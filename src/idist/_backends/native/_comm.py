@@ -2,13 +2,16 @@
 
 It talks to the group object's own methods (``pg.allreduce``...), never to torch's
 module-level default group, so several contexts live in one process (simulated ranks in
-threads) and a call costs no more than the C++ call itself.
+threads) and a call costs no more than the C++ call itself. A failed call is judged by the
+guard (``_failed``, read it top to bottom) and releases this comm's group.
 """
 
 from __future__ import annotations
 
 import datetime
 import functools
+import time
+import traceback
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -17,11 +20,13 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, Work
 
-from ..._errors import GroupBrokenError
-from ..._number_sum import Mode
-from ..._speculative import Guess
+from ..._errors import GroupBrokenError, IdistError
+from ..._exchange import LockStep
 from ._guard import Guard
-from ._inflight import InFlight
+from ._inflight import FAILED_SECONDS, InFlight
+from ._liveness import Lost
+from ._reaper import bury
+from ._verdict import Fault
 
 _TORCH_OPS = {
     "SUM": dist.ReduceOp.SUM,
@@ -92,57 +97,138 @@ class NativeComm:
     pg: PGLike
     ranks: tuple[int, ...]
     group_rank: int
-    #: failure reports, checked mode and section timeouts (its store is None when adopted without one)
+    #: failure verdicts, checked mode and section timeouts (its store is None when adopted without one)
     guard: Guard
     #: where tensors must live for this backend (cuda for nccl), None for anywhere
     stage: torch.device | None = None
-    slot: int = 64
-    sum_mode: Mode = "pair"
+    #: slot, number-sum mode, broadcast guesses, collective and agreement counters (see ``LockStep``)
+    lockstep: LockStep = attrs.Factory(LockStep)
     scratch: dict[str, torch.Tensor] = attrs.Factory(dict)
-    #: this group's namespace in the store, and its count of collectives (see _guard)
+    #: this group's namespace in the store (see _guard)
     key: str = "world"
-    seq: int = 0
     #: gather straight into one flat buffer (``_allgather_base``: one copy less); not on mpi
     flat: bool = True
     #: tensors the group's worker threads may still hold (see _inflight)
     inflight: InFlight = attrs.Factory(InFlight)
-    #: what each src broadcast last, for sending header and data together (see _speculative)
-    guesses: dict[int, tuple[Guess, bool]] = attrs.Factory(dict)
+    #: how long a wait lasts before it asks the liveness watcher about the peers (None: one wait)
+    slice: datetime.timedelta | None = None
+    #: ``pg`` is torch's default group and this comm's context created it (released: destroyed)
+    default_group: bool = False
+    #: the torch ProcessGroup built around ``pg`` for DDP (an in-process context's; see _ddp)
+    torch_group: dist.ProcessGroup | None = None
+    #: collectives of this comm running now (on any thread): its group cannot be destroyed
+    busy: int = 0
+
+    def _mark(self, what: str) -> None:
+        """Count this backend call; with stall marks on, note it where the launcher can read it."""
+        step = self.lockstep
+        step.seq += 1
+        marks = self.guard.marks
+        if marks is not None:
+            group = "world" if self.key == "world" else str(list(self.ranks))
+            marks.write(step.seq, what.encode(), group.encode()[:40])
 
     def _wait(self, work: Callable[[], Work | tuple[Work, Work]], what: str, *tensors: torch.Tensor) -> None:
-        self.seq += 1
-        counts = self.inflight.before(tensors)
-        failed = True
-        started: Work | tuple[Work, Work] | None = None
+        self._mark(what)
+        inflight = self.inflight
+        counts = inflight.before(tensors)
+        began = time.monotonic()
+        lost: Lost | None = None
+        failure: RuntimeError | None = None
+        done = False
+        self.busy += 1
         try:
-            started = work()
-            if isinstance(started, tuple):
-                started[0].wait()
-                started[1].wait()
-            else:
-                started.wait()
-            failed = False
+            lost = self._finish_all(work())
+            done = lost is None
         except RuntimeError as exc:
-            del work  # these hold the group, whose connections the failure closes
-            started = None
-            raise self.guard.failure(self, exc, what) from exc
+            failure = exc
         finally:
-            self.inflight.after(tensors, counts, failed)
+            inflight.after(tensors, counts, not done)
+            self.busy -= 1
+        if not done:
+            del work  # it reaches the group, whose connections the failure closes
+            raise self._failed(what, failure, lost, began) from failure
 
     def _run(self, start: Callable[[list[torch.Tensor], Any], Work], t: torch.Tensor, opts: object, what: str) -> None:
-        """``start([t], opts).wait()`` for the one-tensor calls (``_wait``, without its closures)."""
-        self.seq += 1
+        """``_wait`` for the one-tensor calls, without its closures (the hot path)."""
+        self._mark(what)
         inflight = self.inflight
         count = inflight.before_one(t)
-        failed = True
+        began = time.monotonic()
+        lost: Lost | None = None
+        failure: RuntimeError | None = None
+        done = False
+        self.busy += 1
         try:
-            start([t], opts).wait()
-            failed = False
+            if self.slice is None:
+                start([t], opts).wait()
+            else:
+                lost = self._finish(start([t], opts))
+            done = lost is None
         except RuntimeError as exc:
-            del start  # a bound method of the group, whose connections the failure closes
-            raise self.guard.failure(self, exc, what) from exc
+            failure = exc
         finally:
-            inflight.held.append((t, count, failed))
+            inflight.held.append((t, count, not done))
+            self.busy -= 1
+        if not done:
+            del start  # a bound method of the group, whose connections the failure closes
+            raise self._failed(what, failure, lost, began) from failure
+
+    def _finish_all(self, started: Work | tuple[Work, Work]) -> Lost | None:
+        for work in started if isinstance(started, tuple) else (started,):
+            lost = self._finish(work)
+            if lost is not None:
+                return lost
+        return None
+
+    def _finish(self, work: Work) -> Lost | None:
+        """Wait for ``work`` (raising the backend's error) in slices, asking the liveness watcher
+        between two: what it found about this group's ranks ends the wait, the work in flight."""
+        slice = self.slice
+        while slice is not None:
+            try:
+                work.wait(slice)
+                return None
+            except RuntimeError:
+                if work.is_completed():  # it failed: the wait below raises the backend's error
+                    break
+            lost = self.guard.lost(self.ranks)
+            if lost is not None:
+                return lost
+        work.wait()
+        return None
+
+    def _failed(self, call: str, exc: RuntimeError | None, lost: Lost | None, began: float) -> IdistError:
+        """What a failed collective raises, top to bottom: the guard judges the failure; this comm
+        releases its group (closed connections wake every peer blocked on this rank, which then
+        records its own arrival); the guard hears who else arrived; the group is broken."""
+        if exc is not None:
+            traceback.clear_frames(exc.__traceback__)  # their work objects hold the group's connections
+        guard = self.guard
+        verdict = guard.judge(self, call, exc, lost, time.monotonic() - began)
+        self.release(verdict.reason, stuck=lost is not None)
+        if lost is None and verdict.fault is not Fault.BROKEN:
+            verdict = guard.report(self, verdict)
+        guard.broken = guard.broken or verdict.reason
+        return verdict.error()
+
+    def release(self, reason: str, stuck: bool = False) -> None:
+        """Drop this comm's process group: every later call raises ``reason``. Its connections
+        close here, unless a collective still runs in the backend (``stuck``, or on another
+        thread): destroying the group would wait for that, so a daemon thread does it later."""
+        pg = self.pg
+        if isinstance(pg, BrokenPG):
+            return
+        self.pg = BrokenPG(reason)
+        self.torch_group = None
+        if self.default_group and dist.is_initialized() and dist.group.WORLD is pg:
+            dist.destroy_process_group()
+        if not (stuck or self.busy):
+            self.inflight.drain(FAILED_SECONDS)
+            if not self.inflight.held:
+                return  # ``pg``'s last reference goes with this frame: destroyed now
+        bury(pg, self.inflight, lambda: self.busy > 0)
+        self.inflight = InFlight()
 
     def _timeout(self) -> datetime.timedelta | None:
         sections = self.guard.sections
@@ -183,8 +269,7 @@ class NativeComm:
     def broadcast_pair(self, head: torch.Tensor, data: torch.Tensor, src: int) -> None:
         """Both broadcasts start before either is waited for: the data does not wait for the header."""
         opts = self._broadcast_options(src)
-        pg = self.pg
-        self._wait(lambda: (pg.broadcast([head], opts), pg.broadcast([data], opts)), "broadcast", head, data)
+        self._wait(lambda: (self.pg.broadcast([head], opts), self.pg.broadcast([data], opts)), "broadcast", head, data)
 
     def allreduce(self, t: torch.Tensor, op: str) -> None:
         sections = self.guard.sections

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import threading
 import weakref
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Self, final
@@ -17,9 +16,8 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store
 from ..._context import DistContext
 from ..._errors import CollectiveInputError, IdistError, UnsupportedValueError
 from . import _create, _ddp
-from ._comm import BrokenPG, NativeComm, PGLike
+from ._comm import NativeComm, PGLike
 from ._guard import describe, fingerprint
-from ._inflight import FAILED_SECONDS
 
 #: dtypes gloo has no kernels for (torch 2.13): broadcast moves their bytes, all_reduce refuses them
 _GLOO_MISSING = frozenset({torch.int16, torch.uint16, torch.uint32, torch.uint64})
@@ -101,7 +99,7 @@ class NativeContext(DistContext[NativeComm]):
             pg = dist.ProcessGroupNCCL(store, grank, len(ranks), dist.ProcessGroupNCCL.Options())
         world = self._state.world
         key = "g" + "-".join(map(str, ranks))
-        return NativeComm(pg, ranks, grank, world.guard, stage=world.stage, key=key)
+        return NativeComm(pg, ranks, grank, world.guard, stage=world.stage, key=key, slice=world.slice)
 
     def _native_group_comm(self, group: object) -> NativeComm | None:
         if type(group) is int and group == dist.GroupMember.NON_GROUP_MEMBER:
@@ -116,7 +114,7 @@ class NativeContext(DistContext[NativeComm]):
             # goes with the group; torch names a group alike on every rank, its id() differs.
             comms[group] = (
                 NativeComm(weakref.proxy(group), ranks, ranks.index(self.rank), world.guard, stage=world.stage,
-                           key=f"n{group.group_name}", flat=world.flat)
+                           key=f"n{group.group_name}", flat=world.flat, slice=world.slice)
                 if self.rank in ranks else None
             )  # fmt: skip
         return comms[group]
@@ -174,8 +172,9 @@ class NativeContext(DistContext[NativeComm]):
             # described only here: formatting a tensor's dtype/shape costs µs on every call
             guard.check(comm, fingerprint(call, op, describe(call, value), src, comm.ranks), error)
         elif error is not None:
-            if len(comm.ranks) > 1 and not guard.agree_on_failure(comm, error):
-                self._break(f"rank {self.rank}, which raised {type(error).__name__}: {error}")
+            verdict = guard.agree(comm, call, error) if len(comm.ranks) > 1 else None
+            if verdict is not None:
+                self._break(verdict.reason)
                 error.add_note(
                     "the other ranks did not fail at the same call, so the group is now broken on every rank: "
                     "finalize this context and create a new one"
@@ -186,28 +185,13 @@ class NativeContext(DistContext[NativeComm]):
         return self._state.world.guard.broken
 
     def _break(self, reason: str) -> None:
-        """Tell the peers why, then drop this rank's process groups: closing their connections
-        wakes every peer blocked on this rank, and each later call raises at once."""
-        self._state.world.guard.publish_broken(reason)
-        self._drop_groups(reason)
-
-    def _drop_groups(self, reason: str) -> None:
-        """Drop this rank's process groups (every later call raises ``reason``)."""
+        """Tell the peers why, then release every process group of this rank: closing their
+        connections wakes every peer blocked on this rank, and each later call raises at once."""
         state = self._state
-        dead = BrokenPG(reason)
-        # a torch group's comm reaches it through a proxy: hold the group itself here
-        groups: list[object] = list(state.group_comms.keys())
+        state.world.guard.publish_broken(reason)
         for comm in (state.world, *state.comms.values(), *state.group_comms.values()):
-            if comm is not None and not isinstance(comm.pg, BrokenPG):
-                comm.inflight.drain(FAILED_SECONDS)
-                groups.append(comm.pg)
-                comm.pg = dead
-        _ddp.forget(self)
-        if self._owns_default and dist.is_initialized():
-            dist.destroy_process_group()
-        # The last references go in a thread of their own: destroying a group joins its worker
-        # threads, which a collective still in flight (on another thread) keeps busy.
-        threading.Thread(target=groups.clear, name="idist-drop-groups", daemon=True).start()
+            if comm is not None:
+                comm.release(reason)
 
     def timeout(self, seconds: float) -> AbstractContextManager[None]:
         return self._state.world.guard.section(seconds)

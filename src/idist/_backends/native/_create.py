@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import weakref
 from typing import TYPE_CHECKING, TypeVar, cast
 
 import attrs
@@ -13,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store
 
+from ... import _marks
 from ..._core import ContextState
 from ..._errors import AlreadyInitializedError, BackendUnavailableError, LaunchEnvironmentError
 from ..._launch_env import LaunchInfo, detect
@@ -20,6 +20,7 @@ from ..._topology import Topology
 from . import _rendezvous
 from ._comm import NativeComm, PGLike
 from ._guard import Guard, checked_from_env
+from ._liveness import Heartbeat, attempt, heartbeat, limit_from
 
 if TYPE_CHECKING:
     from ._context import NativeContext
@@ -79,25 +80,34 @@ def _device(name: str, local_rank: int) -> torch.device:
 def _build(
     cls: type[C], name: str, pg: PGLike, store: Store | None, info: LaunchInfo,
     timeout: datetime.timedelta, owns_default: bool, checked: bool | None = None, bind: str | None = None,
+    liveness: Heartbeat | None = None,
 ) -> C:  # fmt: skip
     device = _device(name, info.topology.local_rank)
+    t = info.topology
     guard = Guard(
-        PrefixStore("idist/guard", store) if store is not None else None,
+        PrefixStore(f"idist/guard/{attempt(os.environ)}", store) if store is not None else None,
         timeout,
         checked=checked_from_env() if checked is None else checked,
-        store_host_ranks=tuple(range(info.topology.nproc_per_node)),
+        store_host_ranks=tuple(range(t.nproc_per_node)),
+        nproc_per_node=t.nproc_per_node if t.nnodes > 1 else 0,
+        liveness=liveness,
+        marks=_marks.from_env(os.environ),
     )
+    # gloo's waits can be cut into slices (between two, the watcher is asked about the peers)
+    sliced = liveness is not None and name == "gloo"
     world = NativeComm(
-        pg, tuple(range(info.topology.world_size)), info.topology.rank, guard,
-        stage=device if name == "nccl" else None, flat=name != "mpi",
+        pg, tuple(range(t.world_size)), t.rank, guard, stage=device if name == "nccl" else None,
+        flat=name != "mpi", default_group=owns_default,
+        slice=datetime.timedelta(seconds=liveness.interval) if sliced and liveness is not None else None,
     )  # fmt: skip
     state = ContextState(world)
     ctx = cls(
-        backend=name, topology=info.topology, device=device, config={**info.decided_by, "launcher": info.launcher},
+        backend=name, topology=t, device=device, config={**info.decided_by, "launcher": info.launcher},
         pg_timeout=timeout, bind_address=bind, _store=store, _owns_default=owns_default, _state=state,
     )  # fmt: skip
-    drop = weakref.WeakMethod(ctx._drop_groups)
-    guard.on_failure = lambda reason: (m := drop()) is not None and m(reason)
+    if liveness is not None:
+        liveness.start()
+        state.on_close.append(liveness.stop)
     if device.type == "cuda":
         previous = torch.cuda.current_device()
         torch.cuda.set_device(device)
@@ -131,18 +141,21 @@ def create(
     store: Store | None = None,
     timeout: float | datetime.timedelta | None = None,
     checked: bool | None = None,
+    liveness: float | None = None,
     **unknown: object,
 ) -> C:
     """Initialize the default torch.distributed group for ``name`` and wrap it.
 
     Topology comes from the arguments, else from the launcher's environment, else it is
-    a world of one on loopback with a free port. Raises ``BackendUnavailableError``,
-    ``LaunchEnvironmentError`` (partial arguments or environment) or
-    ``AlreadyInitializedError`` (torch.distributed already initialized: use
+    a world of one on loopback with a free port. ``liveness`` is the seconds of silence after
+    which a peer is lost (default ``IDIST_LIVENESS``, else 30; 0 turns it off). Raises
+    ``BackendUnavailableError``, ``LaunchEnvironmentError`` (partial arguments or environment)
+    or ``AlreadyInitializedError`` (torch.distributed already initialized: use
     ``idist.current()`` to adopt it instead).
     """
     if unknown:
         raise TypeError(f"unknown options for backend {name!r}: {', '.join(sorted(unknown))}")
+    limit = limit_from(liveness, os.environ)
     _check_available(name)
     if dist.is_initialized():
         raise AlreadyInitializedError(
@@ -190,7 +203,10 @@ def create(
             store = dist.distributed_c10d._get_default_store()
         pg = dist.group.WORLD
         assert pg is not None
-        ctx = _build(cls, name, pg, store, info, td, owns_default=True, checked=checked, bind=bind.address)
+        beat = heartbeat(store, info, limit)
+        ctx = _build(
+            cls, name, pg, store, info, td, owns_default=True, checked=checked, bind=bind.address, liveness=beat
+        )
         key = id(pg)  # not pg itself: a broken context drops its last reference (closing its sockets)
         CREATED.add(key)
         ctx._state.on_close.append(lambda: CREATED.discard(key))
@@ -223,7 +239,8 @@ def adopt(cls: type[C]) -> C | None:
     except (RuntimeError, ValueError):
         store = None
     backend = name if name in ("gloo", "nccl", "mpi") else "gloo"
-    return _build(cls, backend, pg, store, env, DEFAULT_TIMEOUT, owns_default=False)
+    beat = heartbeat(store, env, limit_from(None, os.environ))
+    return _build(cls, backend, pg, store, env, DEFAULT_TIMEOUT, owns_default=False, liveness=beat)
 
 
 def set_local_rank_hint(index: int) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import weakref
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -22,9 +21,6 @@ logger = logging.getLogger("idist.training")
 
 #: attribute of a DDP from auto_model holding its group past its Reducer (see wrap_ddp)
 KEEPALIVE = "_idist_process_group"
-
-#: torch ProcessGroups built around the raw gloo group of an in-process (simulated) context
-_TORCH_GROUPS: weakref.WeakKeyDictionary[object, dist.ProcessGroup] = weakref.WeakKeyDictionary()
 
 
 def wrap_ddp(ctx: NativeContext, model: nn.Module, sync_bn: bool, kwargs: dict[str, Any]) -> nn.Module:
@@ -66,17 +62,13 @@ def sync_batchnorm(ctx: NativeContext, model: nn.Module, group: dist.ProcessGrou
     return converted
 
 
-def forget(ctx: NativeContext) -> None:
-    """Drop the torch ProcessGroup built for ``ctx`` (its group was broken)."""
-    _TORCH_GROUPS.pop(ctx, None)
-
-
 def torch_group(ctx: NativeContext) -> dist.ProcessGroup:
     """The torch ``ProcessGroup`` DDP needs: the context's own, or one built around its raw gloo group."""
     pg = ctx.process_group
     if isinstance(pg, dist.ProcessGroup):
         return pg
-    group = _TORCH_GROUPS.get(ctx)
+    world = ctx._state.world
+    group = world.torch_group  # kept on the comm: released with its group
     if group is None:
         store = ctx._store
         if store is None:
@@ -88,5 +80,5 @@ def torch_group(ctx: NativeContext) -> dist.ProcessGroup:
         gloo = dist.ProcessGroup.BackendType.GLOO
         group._register_backend(torch.device("cpu"), gloo, cast(Backend, pg))  # pg is a ProcessGroupGloo
         group._set_default_backend(gloo)
-        _TORCH_GROUPS[ctx] = group
+        world.torch_group = group
     return group

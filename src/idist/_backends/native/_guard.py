@@ -1,12 +1,11 @@
-"""Never hang, never lie: checked collectives, failures agreed or published, section timeouts.
+"""Never hang, never lie: checked collectives, failures judged into verdicts, section timeouts.
 
 Checked mode compares every rank's call in one small collective before data moves (a rank
 whose own input is bad ships its error there, so every rank raises it and the group stays
 usable). Unchecked, a rank that fails before communicating publishes its error in the
-store and waits briefly for its peers to fail the same way; if they do not, the group is
-broken on every rank. A backend failure names the ranks that did not arrive. Every store
-round trip made while handling a failure is bounded: the store may be gone with its node.
-See docs/failures.md.
+store and waits briefly for its peers to fail the same way; if they do not, the verdict is
+a broken group. A backend failure, or a peer the liveness watcher lost, is judged into a
+``Verdict`` naming the ranks that did not arrive; the caller acts on it. See docs/failures.md.
 """
 
 from __future__ import annotations
@@ -16,29 +15,22 @@ import hashlib
 import math
 import os
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import attrs
 import torch
 from torch._C._distributed_c10d import Store
 
 from ... import _codec, _exchange
-from ..._errors import (
-    CollectiveMismatchError,
-    CollectiveTimeoutError,
-    GroupBrokenError,
-    IdistError,
-    PeerLostError,
-)
+from ..._errors import CollectiveMismatchError, IdistError
+from ..._marks import Marks
+from ._liveness import Heartbeat, Lost
+from ._verdict import Fault, Verdict, bounded, first_line, present, read
 
 if TYPE_CHECKING:
     from ._comm import NativeComm
-
-R = TypeVar("R")
 
 #: how long a failing rank waits for its peers' stall reports
 STALL_GRACE = 3.0
@@ -103,22 +95,6 @@ def describe(call: str, x: object) -> str:
     return f"tensor {x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) else "value"
 
 
-def bounded(fn: Callable[[], R], seconds: float) -> R | None:
-    """``fn()`` in a daemon thread, given ``seconds``; None when it fails or does not return."""
-    out: list[R] = []
-
-    def run() -> None:
-        try:
-            out.append(fn())
-        except Exception:  # noqa: S110 - the store may be gone with the node that hosted it
-            pass
-
-    t = threading.Thread(target=run, daemon=True, name="idist-guard-store")
-    t.start()
-    t.join(seconds)
-    return out[0] if out else None
-
-
 @attrs.define(eq=False)
 class Guard:
     """One context's watch over its collectives (shared by its comms)."""
@@ -129,12 +105,14 @@ class Guard:
     sections: list[datetime.timedelta] = attrs.Factory(list)
     #: why the group is broken (every call then raises at once); None while it is usable
     broken: str | None = None
-    #: per comm, how many failures every rank agreed on (keys the next agreement)
-    agreed: dict[str, int] = attrs.Factory(dict)
     #: the ranks on the node that serves the store (named when it stops answering)
     store_host_ranks: tuple[int, ...] = ()
-    #: drops the context's process groups once a collective failed (see ``failure``)
-    on_failure: Callable[[str], object] | None = None
+    #: ranks per node, to name the nodes of missing ranks (0 for a one-node job: no node named)
+    nproc_per_node: int = 0
+    #: the heartbeats of every rank (None: liveness off, or no store to beat on)
+    liveness: Heartbeat | None = None
+    #: this rank's stall mark, when its launcher reads it (``idist run``; see ``_marks``)
+    marks: Marks | None = None
     #: the one-element tensor two ranks sum their call hashes in (see ``check``)
     check_sum: torch.Tensor = attrs.Factory(lambda: torch.zeros((), dtype=torch.float64))
 
@@ -176,24 +154,28 @@ class Guard:
             raise CollectiveMismatchError(f"{call} differs between ranks:\n" + _table(comm.ranks, prints))
 
     # ------------------------------------------------ failures of one rank alone
-    def agree_on_failure(self, comm: NativeComm, exc: IdistError) -> bool:
-        """Publish that this rank failed before communicating; True when every rank of the
-        group failed at the same call (then nobody waits and the group stays usable)."""
+    def agree(self, comm: NativeComm, call: str, exc: IdistError) -> Verdict | None:
+        """Publish that this rank failed before communicating and wait briefly for its peers.
+
+        None when every rank of the group failed at the same call (nobody waits; the group stays
+        usable), else the verdict that this rank broke the group.
+        """
         store = self.store
-        if store is None:
-            return False
-        n = self.agreed.get(comm.key, 0)
-        prefix = f"idist/fail/{comm.key}/{comm.seq}.{n}/"
-        keys = [f"{prefix}{r}" for r in range(len(comm.ranks))]
+        if store is not None:
+            step = comm.lockstep
+            prefix = f"idist/fail/{comm.key}/{step.seq}.{step.agreed}/"
+            keys = [f"{prefix}{r}" for r in range(len(comm.ranks))]
 
-        def publish_and_wait() -> bool:
-            store.set(keys[comm.group_rank], f"{type(exc).__name__}: {exc}")
-            return all(present(store, keys, AGREE_WINDOW))
+            def publish_and_wait() -> bool:
+                store.set(keys[comm.group_rank], f"{type(exc).__name__}: {exc}")
+                return all(present(store, keys, AGREE_WINDOW))
 
-        if bounded(publish_and_wait, AGREE_WINDOW + 1.0):
-            self.agreed[comm.key] = n + 1
-            return True
-        return False
+            if bounded(publish_and_wait, AGREE_WINDOW + 1.0):
+                step.agreed += 1
+                return None
+        me = comm.ranks[comm.group_rank]
+        why = f"rank {me}, which raised {type(exc).__name__}: {exc}"
+        return Verdict(call, comm.ranks, Fault.BROKEN, why=why)
 
     def publish_broken(self, reason: str) -> None:
         """Mark the group broken here and tell the peers why (the first reason stays)."""
@@ -203,74 +185,53 @@ class Guard:
             bounded(lambda: store.compare_set(BROKEN_KEY, "", reason), 1.0)
 
     # ----------------------------------------------------------- backend failures
-    def _drop(self, reason: str) -> None:
-        if self.on_failure is not None:
-            self.on_failure(reason)
+    def lost(self, ranks: Sequence[int]) -> Lost | None:
+        """The ranks of ``ranks`` the liveness watcher lost, or None (asked while a collective waits)."""
+        return self.liveness.lost(ranks) if self.liveness is not None else None
 
-    def failure(self, comm: NativeComm, exc: BaseException, what: str) -> IdistError:
-        """Map a backend failure to a typed error naming who broke the group or did not arrive."""
-        msg = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-        where = f"{what} on group {list(comm.ranks)} failed"
+    def judge(
+        self, comm: NativeComm, call: str, exc: BaseException | None, lost: Lost | None, elapsed: float
+    ) -> Verdict:
+        """The first verdict on a failed collective: broken by a peer (the store says so), lost
+        (the watcher's finding, or the backend's error), or timed out (it ran the whole timeout).
+        ``report`` then completes a backend failure with the ranks that did not arrive."""
+        base = Verdict(call, comm.ranks, Fault.LOST, nproc_per_node=self.nproc_per_node)
+        if lost is not None:
+            return attrs.evolve(base, missing=lost.ranks, why=lost.why)
+        said = first_line(exc) if exc is not None else ""
         store = self.store
-        reason = bounded(lambda: _read(store, BROKEN_KEY), 1.0) if store is not None else None
-        if reason:
-            self.broken = self.broken or reason
-            self._drop(f"{where}: the group was broken by {reason}")
-            return GroupBrokenError(f"{where}: the group was broken by {reason}. Finalize and restart")
-        missing, answered = self._stall_report(comm)
-        me = comm.ranks[comm.group_rank]
-        if not answered:
-            missing = [r for r in comm.ranks if r in self.store_host_ranks and r != me]
-        who = f"ranks {missing} did not arrive" if missing else "no rank is known to be missing"
-        if not answered:
-            who += " (the rendezvous store on node 0 did not answer: that node is lost or unreachable)"
-        detail = f"{where}: {who}. Backend said: {msg}; the group is no longer usable: finalize and restart"
-        self.broken = self.broken or f"{what} failed ({who})"
-        lowered = str(exc).lower()
-        if "timed out" in lowered or "timeout" in lowered:
-            return CollectiveTimeoutError(detail)
-        return PeerLostError(detail)
+        by = bounded(lambda: read(store, BROKEN_KEY), 1.0) if store is not None else None
+        if by:
+            return attrs.evolve(base, fault=Fault.BROKEN, why=by, backend=said)
+        timed_out = elapsed >= 0.95 * self.timeout.total_seconds()
+        return attrs.evolve(base, fault=Fault.TIMEOUT if timed_out else Fault.LOST, backend=said)
 
-    def _stall_report(self, comm: NativeComm) -> tuple[list[int], bool]:
-        """(ranks that did not reach this collective, whether the store answered at all)."""
+    def report(self, comm: NativeComm, verdict: Verdict) -> Verdict:
+        """``verdict`` with the ranks that did not reach this collective: this rank records that it
+        arrived and waits briefly for the others' records (each bounded: the store may be gone)."""
         store = self.store
         if store is None:
-            self._drop("a collective failed on this rank: the group is no longer usable")
-            return [], False
+            return verdict
         prefix = f"idist/stall/{comm.key}/"
-        keys = [f"{prefix}{comm.seq}/{r}" for r in range(len(comm.ranks))]
+        seq = comm.lockstep.seq
+        keys = [f"{prefix}{seq}/{r}" for r in range(len(comm.ranks))]
         grace = min(STALL_GRACE, self.timeout.total_seconds())
 
         def tell() -> bool:
             # also as one collective behind and ahead: a peer there failed with the same fault
             # (its part of the last collective still in flight when it came, or already done)
-            for seq in (comm.seq, comm.seq - 1, comm.seq + 1):
-                store.set(f"{prefix}{seq}/{comm.group_rank}", "1")
+            for s in (seq, seq - 1, seq + 1):
+                store.set(f"{prefix}{s}/{comm.group_rank}", "1")
             return True
 
         told = bounded(tell, 1.0)
-        # A peer blocked on this rank (alive, waiting for its part) would not fail before the
-        # grace ends and be named as missing: closing this rank's connections wakes it now.
-        self._drop("a collective failed on this rank: the group is no longer usable")
         arrived = bounded(lambda: present(store, keys, grace), grace + 1.0) if told else None
-        if arrived is None:
-            return [], False
-        return [comm.ranks[r] for r, ok in enumerate(arrived) if not ok], True
-
-
-def present(store: Store, keys: list[str], seconds: float) -> list[bool]:
-    """Which keys exist, once all do or ``seconds`` passed (polled: a store ``wait`` that times
-    out leaves its answer in flight, to be misread as the answer to the next request)."""
-    start = time.monotonic()
-    while not store.check(keys) and (waited := time.monotonic() - start) < seconds:
-        time.sleep(0.01 if waited < 1.0 else 0.1)
-    return [store.check([k]) for k in keys]
-
-
-def _read(store: Store | None, key: str) -> str:
-    if store is None or not store.check([key]):
-        return ""
-    return store.get(key).decode("utf-8", "replace")
+        if arrived is not None:
+            return attrs.evolve(verdict, missing=tuple(comm.ranks[r] for r, ok in enumerate(arrived) if not ok))
+        me = comm.ranks[comm.group_rank]
+        gone = tuple(r for r in comm.ranks if r in self.store_host_ranks and r != me)
+        why = "the rendezvous store on node 0 did not answer: that node is lost or unreachable"
+        return attrs.evolve(verdict, missing=gone, why=why)
 
 
 def _table(ranks: Sequence[int], prints: list[list[str]]) -> str:

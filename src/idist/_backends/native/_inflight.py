@@ -10,6 +10,7 @@ the context closes, and at exit. See docs/design.md, "Clean exit".
 from __future__ import annotations
 
 import atexit
+import ctypes
 import time
 import weakref
 
@@ -61,6 +62,15 @@ class InFlight:
                 return
             time.sleep(0.0005)
             self.release()
+
+
+def keep_forever(*objects: object) -> None:
+    """Keep ``objects`` (a group whose collective is stuck in the backend, and its tensors) until
+    the process ends, beyond interpreter finalization: freeing that group would wait for the
+    collective (up to the group's timeout), and a worker thread that lets go of a tensor nobody
+    else holds needs the GIL, which it cannot have during finalization (the process aborts)."""
+    for obj in objects:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
 
 
 def _count(t: torch.Tensor) -> int:

@@ -23,7 +23,7 @@ from torch._C._distributed_c10d import Store, TCPStore
 from ... import _netif
 from ..._errors import LaunchEnvironmentError, RendezvousTimeoutError
 from ..._launch_env import LaunchInfo
-from ._guard import present
+from ._verdict import present
 
 #: seconds the join waits for every rank unless the launcher says (IDIST_RDZV_TIMEOUT)
 RDZV_TIMEOUT_VAR = "IDIST_RDZV_TIMEOUT"

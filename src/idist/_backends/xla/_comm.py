@@ -10,7 +10,7 @@ from __future__ import annotations
 import attrs
 import torch
 
-from ..._number_sum import Mode
+from ..._exchange import LockStep
 from . import _lib
 from ._device import XlaDevice
 
@@ -24,8 +24,7 @@ class XlaComm:
     group_rank: int
     #: xm replica groups: None for the world, else the group plus every other rank alone
     replica_groups: list[list[int]] | None
-    slot: int = 64
-    sum_mode: Mode = "pair"
+    lockstep: LockStep = attrs.Factory(LockStep)
     scratch: dict[str, torch.Tensor] = attrs.Factory(dict)
 
     @property

@@ -1,0 +1,126 @@
+"""What the guard concludes about a failure (``Verdict``), and the bounded store calls it uses.
+
+A verdict says what failed, which fault it was (by code, never by the backend's wording),
+which ranks did not arrive and why; ``error()`` is the typed exception every caller raises.
+Every store round trip made while judging is bounded (``bounded``): the store may be gone
+with its node, and a call on a store cut off by a partition never returns by itself.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import attrs
+from torch._C._distributed_c10d import Store
+
+from ..._errors import CollectiveTimeoutError, GroupBrokenError, IdistError, PeerLostError
+
+R = TypeVar("R")
+
+
+class Fault(enum.Enum):
+    """Why a collective failed; each fault has one error class (``ERRORS``)."""
+
+    #: it ran for the whole timeout in force (the section's, checked mode's or the group's)
+    TIMEOUT = "timeout"
+    #: a peer died, closed its connections, or stopped answering (liveness)
+    LOST = "lost"
+    #: a peer broke the group on purpose (its own error), and said so in the store
+    BROKEN = "broken"
+
+
+ERRORS: dict[Fault, type[IdistError]] = {
+    Fault.TIMEOUT: CollectiveTimeoutError,
+    Fault.LOST: PeerLostError,
+    Fault.BROKEN: GroupBrokenError,
+}
+
+
+@attrs.frozen
+class Verdict:
+    """A failed collective, judged: ``error()`` is what to raise, ``reason`` why the group is broken."""
+
+    #: the collective ("all_reduce") and its group's ranks
+    call: str
+    group: tuple[int, ...]
+    fault: Fault
+    #: the ranks that did not arrive (or went silent), in rank order
+    missing: tuple[int, ...] = ()
+    #: what is known beyond the missing ranks, in words ("the store on node 0 did not answer")
+    why: str = ""
+    #: the backend's own first line, when it raised
+    backend: str = ""
+    #: ranks per node, to name the nodes of the missing ranks
+    nproc_per_node: int = 0
+
+    @property
+    def where(self) -> str:
+        return f"{self.call} on group {list(self.group)} failed"
+
+    @property
+    def who(self) -> str:
+        if self.fault is Fault.BROKEN:
+            return f"the group was broken by {self.why}"
+        if not self.missing:
+            return "no rank is known to be missing" + (f" ({self.why})" if self.why else "")
+        nodes = _nodes(self.missing, self.nproc_per_node)
+        detail = "; ".join(part for part in (nodes, self.why) if part)
+        return f"ranks {list(self.missing)} did not arrive" + (f" ({detail})" if detail else "")
+
+    @property
+    def reason(self) -> str:
+        """Why every later call raises ``GroupBrokenError``."""
+        return self.why if self.fault is Fault.BROKEN else f"{self.call} failed ({self.who})"
+
+    def error(self) -> IdistError:
+        said = f". Backend said: {self.backend}" if self.backend and self.fault is not Fault.BROKEN else ""
+        return ERRORS[self.fault](
+            f"{self.where}: {self.who}{said}; the group is no longer usable: finalize and restart"
+        )
+
+
+def _nodes(ranks: Sequence[int], nproc_per_node: int) -> str:
+    if nproc_per_node <= 0:
+        return ""
+    nodes = sorted({r // nproc_per_node for r in ranks})
+    return f"node{'s' if len(nodes) > 1 else ''} {', '.join(map(str, nodes))}"
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def bounded(fn: Callable[[], R], seconds: float) -> R | None:
+    """``fn()`` in a daemon thread, given ``seconds``; None when it fails or does not return."""
+    out: list[R] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except Exception:  # noqa: S110 - the store may be gone with the node that hosted it
+            pass
+
+    t = threading.Thread(target=run, daemon=True, name="idist-guard-store")
+    t.start()
+    t.join(seconds)
+    return out[0] if out else None
+
+
+def present(store: Store, keys: list[str], seconds: float) -> list[bool]:
+    """Which keys exist, once all do or ``seconds`` passed (polled: a store ``wait`` that times
+    out leaves its answer in flight, to be misread as the answer to the next request)."""
+    start = time.monotonic()
+    while not store.check(keys) and (waited := time.monotonic() - start) < seconds:
+        time.sleep(0.01 if waited < 1.0 else 0.1)
+    return [store.check([k]) for k in keys]
+
+
+def read(store: Store, key: str) -> str:
+    if not store.check([key]):
+        return ""
+    return store.get(key).decode("utf-8", "replace")
