@@ -41,14 +41,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--master-addr", default=None, help="rendezvous address (default: loopback)")
     run.add_argument("--master-port", type=int, default=None, help="rendezvous port (default: a free one, 1 node)")
     run.add_argument(
-        "--backend", default="gloo", choices=("gloo", "nccl", "horovod"),
+        "--backend",
+        default="gloo",
+        choices=("gloo", "nccl", "horovod"),
         help="launcher family: gloo/nccl start the ranks here (torchrun's variables), horovod through horovodrun",
-    )  # fmt: skip
+    )
     run.add_argument("--checked", action="store_true", help="checked mode in every rank (IDIST_CHECKED=1)")
     run.add_argument(
-        "--rdzv-timeout", type=float, default=None, metavar="S",
+        "--rdzv-timeout",
+        type=float,
+        default=None,
+        metavar="S",
         help="seconds the ranks wait for each other to join (default: the process group's timeout)",
-    )  # fmt: skip
+    )
     liveness_help = "seconds without a heartbeat after which a rank is lost (default 30; 0 turns it off)"
     run.add_argument("--liveness", type=float, default=None, metavar="S", help=liveness_help)
     run.add_argument("-m", "--module", action="store_true", help="run the target as a module (python -m)")
@@ -97,9 +102,12 @@ def _run_native(a: argparse.Namespace) -> int:
     from .launch._scripts import run_script  # (see above)
 
     plan = LaunchPlan(
-        nproc_per_node=a.nproc, nnodes=a.nnodes, node_rank=a.node_rank, master_addr=a.master_addr,
+        nproc_per_node=a.nproc,
+        nnodes=a.nnodes,
+        node_rank=a.node_rank,
+        master_addr=a.master_addr,
         master_port=a.master_port,
-    )  # fmt: skip
+    )
     env = {"IDIST_CHECKED": "1"} if a.checked else {}
     if a.rdzv_timeout is not None:
         env["IDIST_RDZV_TIMEOUT"] = str(a.rdzv_timeout)
@@ -166,8 +174,10 @@ def cmd_info() -> int:
         else:
             print(f"launcher: {info.launcher}")
             t = info.topology
-            print(f"  rank {t.rank} of {t.world_size}, local rank {t.local_rank} of {t.nproc_per_node}, "
-                  f"node {t.node_rank} of {t.nnodes}, master {info.master_addr}:{info.master_port}")  # fmt: skip
+            print(
+                f"  rank {t.rank} of {t.world_size}, local rank {t.local_rank} of {t.nproc_per_node}, "
+                f"node {t.node_rank} of {t.nnodes}, master {info.master_addr}:{info.master_port}"
+            )
             for field, why in info.decided_by.items():
                 print(f"  {field}: {why}")
             try:

@@ -126,9 +126,14 @@ class LaunchConfigError(LaunchError, ValueError):
 
 
 def _rebuild_launch_error(
-    cls: type[LaunchError], message: str, rank: int | None, local_rank: int | None, exitcode: int | None,
-    signal_name: str | None, traceback: str | None,
-) -> LaunchError:  # fmt: skip
+    cls: type[LaunchError],
+    message: str,
+    rank: int | None,
+    local_rank: int | None,
+    exitcode: int | None,
+    signal_name: str | None,
+    traceback: str | None,
+) -> LaunchError:
     return cls(
         message, rank=rank, local_rank=local_rank, exitcode=exitcode, signal_name=signal_name, traceback=traceback
     )

@@ -12,7 +12,7 @@ from typing_extensions import Unpack
 from . import _backends, _stack
 from ._backends.horovod import HorovodContext
 from ._backends.native import NativeContext
-from ._backends.native._create import set_local_rank_hint
+from ._backends.native._adopt import set_local_rank_hint
 from ._backends.serial import SerialContext
 from ._backends.xla import XlaContext
 from ._context import DistContext

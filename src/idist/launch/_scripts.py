@@ -91,15 +91,27 @@ def run_script(plan: LaunchPlan, target: Sequence[str], extra_env: Mapping[str, 
     try:
         for local in range(plan.nproc_per_node):
             t = plan.topology(local)
-            env = dict(base, RANK=str(t.rank), LOCAL_RANK=str(local), WORLD_SIZE=str(t.world_size),
-                       LOCAL_WORLD_SIZE=str(t.nproc_per_node), GROUP_RANK=str(t.node_rank), NNODES=str(t.nnodes),
-                       MASTER_ADDR=addr, MASTER_PORT=str(port))  # fmt: skip
+            env = dict(
+                base,
+                RANK=str(t.rank),
+                LOCAL_RANK=str(local),
+                WORLD_SIZE=str(t.world_size),
+                LOCAL_WORLD_SIZE=str(t.nproc_per_node),
+                GROUP_RANK=str(t.node_rank),
+                NNODES=str(t.nnodes),
+                MASTER_ADDR=addr,
+                MASTER_PORT=str(port),
+            )
             if marks is not None:
                 env[_marks.MARKS_VAR] = marks.variable(local)
             p = subprocess.Popen(
-                [sys.executable, "-u", *target], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                preexec_fn=_own_group_dying_with_parent, pass_fds=() if marks is None else (marks.fd,),
-            )  # fmt: skip
+                [sys.executable, "-u", *target],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                preexec_fn=_own_group_dying_with_parent,
+                pass_fds=() if marks is None else (marks.fd,),
+            )
             procs.append(p)
             prefix = f"[rank{t.rank}]:".encode()
             for stream, out in ((p.stdout, sys.stdout.buffer), (p.stderr, sys.stderr.buffer)):

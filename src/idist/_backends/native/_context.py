@@ -15,7 +15,7 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store
 
 from ..._context import DistContext
 from ..._errors import CollectiveInputError, IdistError, UnsupportedValueError
-from . import _create, _ddp
+from . import _adopt, _create, _ddp
 from ._comm import NativeComm, PGLike
 from ._guard import describe, fingerprint
 
@@ -54,7 +54,7 @@ class NativeContext(DistContext[NativeComm]):
 
     @classmethod
     def adopt(cls) -> Self | None:
-        return _create.adopt(cls)
+        return _adopt.adopt(cls)
 
     @property
     def process_group(self) -> PGLike:
@@ -67,9 +67,14 @@ class NativeContext(DistContext[NativeComm]):
 
     @classmethod
     def in_process(
-        cls, store: Store, rank: int, world_size: int, *,
-        timeout: float | datetime.timedelta | None = None, checked: bool | None = None,
-    ) -> NativeContext:  # fmt: skip
+        cls,
+        store: Store,
+        rank: int,
+        world_size: int,
+        *,
+        timeout: float | datetime.timedelta | None = None,
+        checked: bool | None = None,
+    ) -> NativeContext:
         """A gloo context over ``store`` that does not touch torch's default group.
 
         Several of these live in one process, one per thread, for simulated ranks.
@@ -113,10 +118,19 @@ class NativeContext(DistContext[NativeComm]):
             # The comm reaches its group through a weak proxy, so that the entry (weakly keyed)
             # goes with the group; torch names a group alike on every rank, its id() differs.
             comms[group] = (
-                NativeComm(weakref.proxy(group), ranks, ranks.index(self.rank), world.guard, stage=world.stage,
-                           key=f"n{group.group_name}", flat=world.flat, slice=world.slice)
-                if self.rank in ranks else None
-            )  # fmt: skip
+                NativeComm(
+                    weakref.proxy(group),
+                    ranks,
+                    ranks.index(self.rank),
+                    world.guard,
+                    stage=world.stage,
+                    key=f"n{group.group_name}",
+                    flat=world.flat,
+                    slice=world.slice,
+                )
+                if self.rank in ranks
+                else None
+            )
         return comms[group]
 
     # ------------------------------------------------------- tensor primitives
@@ -164,9 +178,14 @@ class NativeContext(DistContext[NativeComm]):
         return self._state.world.guard.checked
 
     def _checkpoint(
-        self, comm: NativeComm, call: str, op: str = "", src: str = "", value: object = None,
+        self,
+        comm: NativeComm,
+        call: str,
+        op: str = "",
+        src: str = "",
+        value: object = None,
         error: IdistError | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         guard = comm.guard
         if guard.checked and len(comm.ranks) > 1:
             # described only here: formatting a tensor's dtype/shape costs µs on every call

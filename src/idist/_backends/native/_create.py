@@ -1,5 +1,5 @@
-"""Making a ``NativeContext``: from arguments or the launcher's environment, by adopting
-a group the user initialized, or in-process for simulated ranks."""
+"""Making a ``NativeContext``: from arguments or the launcher's environment, or in-process
+for simulated ranks (adopting a group the user initialized: ``_adopt``)."""
 
 from __future__ import annotations
 
@@ -29,10 +29,6 @@ C = TypeVar("C", bound="NativeContext")
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
 LOOPBACK = "127.0.0.1"
-
-#: ignite's ``set_local_rank``: the local rank of this process when a group is adopted and
-#: no launcher variable says it (process-wide, as in ignite)
-_local_rank_hint: list[int] = []
 
 #: ids of the default groups that an idist context created: those are never "adopted"
 #: by another thread's current(), which must not see a context scoped elsewhere.
@@ -78,10 +74,17 @@ def _device(name: str, local_rank: int) -> torch.device:
 
 
 def _build(
-    cls: type[C], name: str, pg: PGLike, store: Store | None, info: LaunchInfo,
-    timeout: datetime.timedelta, owns_default: bool, checked: bool | None = None, bind: str | None = None,
+    cls: type[C],
+    name: str,
+    pg: PGLike,
+    store: Store | None,
+    info: LaunchInfo,
+    timeout: datetime.timedelta,
+    owns_default: bool,
+    checked: bool | None = None,
+    bind: str | None = None,
     liveness: Heartbeat | None = None,
-) -> C:  # fmt: skip
+) -> C:
     device = _device(name, info.topology.local_rank)
     t = info.topology
     guard = Guard(
@@ -96,15 +99,27 @@ def _build(
     # gloo's waits can be cut into slices (between two, the watcher is asked about the peers)
     sliced = liveness is not None and name == "gloo"
     world = NativeComm(
-        pg, tuple(range(t.world_size)), t.rank, guard, stage=device if name == "nccl" else None,
-        flat=name != "mpi", default_group=owns_default,
+        pg,
+        tuple(range(t.world_size)),
+        t.rank,
+        guard,
+        stage=device if name == "nccl" else None,
+        flat=name != "mpi",
+        default_group=owns_default,
         slice=datetime.timedelta(seconds=liveness.interval) if sliced and liveness is not None else None,
-    )  # fmt: skip
+    )
     state = ContextState(world)
     ctx = cls(
-        backend=name, topology=t, device=device, config={**info.decided_by, "launcher": info.launcher},
-        pg_timeout=timeout, bind_address=bind, _store=store, _owns_default=owns_default, _state=state,
-    )  # fmt: skip
+        backend=name,
+        topology=t,
+        device=device,
+        config={**info.decided_by, "launcher": info.launcher},
+        pg_timeout=timeout,
+        bind_address=bind,
+        _store=store,
+        _owns_default=owns_default,
+        _state=state,
+    )
     if liveness is not None:
         liveness.start()
         state.on_close.append(liveness.stop)
@@ -124,9 +139,12 @@ def _explicit_info(
         raise LaunchEnvironmentError(f"rank={rank} is outside 0..{world_size - 1}")
     decided = {"rank": "argument", "world_size": "argument", "master": f"{master_addr}:{master_port}"}
     return LaunchInfo(
-        launcher="arguments", topology=Topology.flat(rank, world_size), master_addr=master_addr,
-        master_port=master_port, decided_by=decided,
-    )  # fmt: skip
+        launcher="arguments",
+        topology=Topology.flat(rank, world_size),
+        master_addr=master_addr,
+        master_port=master_port,
+        decided_by=decided,
+    )
 
 
 def create(
@@ -214,55 +232,6 @@ def create(
     except BaseException:
         dist.destroy_process_group()
         raise
-
-
-def adopt(cls: type[C]) -> C | None:
-    """Wrap a process group the user initialized with torch directly (never destroyed by us)."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return None
-    pg = dist.group.WORLD
-    if pg is None or id(pg) in CREATED:
-        return None
-    name = str(dist.get_backend(pg))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    try:
-        env = detect(os.environ)
-    except LaunchEnvironmentError:
-        env = None
-    if env is None or (env.topology.rank, env.topology.world_size) != (rank, world):
-        env = _explicit_info(rank, world, None, None)
-    if _local_rank_hint and env.decided_by.get("local_rank", "RANK") in ("RANK", "argument"):
-        env = _hinted(env, _local_rank_hint[-1])
-    env = attrs.evolve(env, launcher=f"adopted torch.distributed ({env.launcher})")
-    try:
-        store: Store | None = dist.distributed_c10d._get_default_store()
-    except (RuntimeError, ValueError):
-        store = None
-    backend = name if name in ("gloo", "nccl", "mpi") else "gloo"
-    beat = heartbeat(store, env, limit_from(None, os.environ))
-    return _build(cls, backend, pg, store, env, DEFAULT_TIMEOUT, owns_default=False, liveness=beat)
-
-
-def set_local_rank_hint(index: int) -> None:
-    _local_rank_hint[:] = [index]
-
-
-def _hinted(info: LaunchInfo, local_rank: int) -> LaunchInfo:
-    """``info`` with the local rank that ``set_local_rank`` gave (processes per node from
-    ``LOCAL_WORLD_SIZE``, else the whole world)."""
-    t = info.topology
-    nproc = int(os.environ.get("LOCAL_WORLD_SIZE", t.world_size))
-    if not 0 <= local_rank < nproc:
-        raise LaunchEnvironmentError(
-            f"set_local_rank({local_rank}) is outside 0..{nproc - 1} ({nproc} processes per node); "
-            "pass this process's index among the processes of its node"
-        )
-    topology = Topology(
-        rank=t.rank, world_size=t.world_size, local_rank=local_rank, nproc_per_node=nproc,
-        node_rank=t.rank // nproc, nnodes=max(1, -(-t.world_size // nproc)),
-    )  # fmt: skip
-    decided = {**info.decided_by, "local_rank": f"set_local_rank({local_rank})"}
-    return attrs.evolve(info, topology=topology, decided_by=decided)
 
 
 def create_in_process(

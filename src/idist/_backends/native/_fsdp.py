@@ -72,6 +72,9 @@ def shard(ctx: NativeContext, model: nn.Module, sync_bn: bool, kwargs: dict[str,
         ) from exc
     logger.info(
         "auto_model: FSDP over %d ranks on rank %d (%s): %d units and the root",
-        ctx.world_size, ctx.rank, ctx.device, len(picked),
-    )  # fmt: skip
+        ctx.world_size,
+        ctx.rank,
+        ctx.device,
+        len(picked),
+    )
     return model

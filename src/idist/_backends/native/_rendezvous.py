@@ -63,9 +63,15 @@ def tcp_store(addr: str, port: int, info: LaunchInfo, host: bool, timeout: datet
             "master port; give each job its own (or pass none: a free one is picked on one node)"
         ) from e
     return TCPStore(
-        addr, listen.getsockname()[1], world, True, timeout=timeout,
-        master_listen_fd=listen.detach(), use_libuv=True, wait_for_workers=False,
-    )  # fmt: skip
+        addr,
+        listen.getsockname()[1],
+        world,
+        True,
+        timeout=timeout,
+        master_listen_fd=listen.detach(),
+        use_libuv=True,
+        wait_for_workers=False,
+    )
 
 
 def _wait_for_server(addr: str, port: int, seconds: float) -> None:
