@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ import torch
 
 import idist
 from idist._backends.native._liveness import DEFAULT_LIMIT, LIVENESS_VAR, interval_for, limit_from
+from launch_util import run_py
 from multiproc import run_ranks
 
 pytestmark = pytest.mark.timeout(240)
@@ -124,3 +126,17 @@ def test_a_bad_liveness_option_is_refused_before_anything_starts() -> None:
     with pytest.raises(ValueError, match="liveness"):
         idist.initialize("gloo", liveness=-5)
     assert not torch.distributed.is_initialized()
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_rank_blocked_in_torchs_own_collective_ends_when_a_peer_is_lost(strategy: str) -> None:
+    script = Path(__file__).parent / "launch_scripts" / "stuck_in_torch.py"
+    start = time.monotonic()
+    proc = run_py(["-m", "idist", "run", "-n", "2", str(script), strategy, str(LIMIT)], timeout=120)
+    took = time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "RANK 0 waits in" in out and "RANK 0 returned" not in out, out
+    assert "idist.PeerLostError: ranks [1] stopped answering" in out, out
+    assert "waits in torch's own collective above" in out and "exiting with status 1" in out, out
+    assert took < 60, took  # the limit (3 s) and a few seconds, not the 10-minute group timeout

@@ -5,7 +5,8 @@ hangs, and must not hold the context's). A collective that is still waiting afte
 asks ``lost(ranks)``: the ranks whose heartbeat did not change over ``limit`` seconds of
 rounds this watcher completed (a starved watcher judges nobody), or, when its own store call
 hangs or keeps failing past ``limit``, the ranks of node 0, which serves the store. A rank
-that computes for hours keeps beating: only a dead process, node or link goes silent.
+that computes for hours keeps beating: only a dead process, node or link goes silent. A rank
+blocked in torch's own collectives (DDP, FSDP) is ended by the watcher (``Stuck``).
 See docs/failures.md, "Liveness".
 """
 
@@ -14,8 +15,10 @@ from __future__ import annotations
 import atexit
 import math
 import os
+import sys
 import threading
 import time
+import traceback
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import cast
@@ -180,15 +183,55 @@ def heartbeat(store: Store | None, info: LaunchInfo, limit: float) -> Heartbeat 
 def _watch(ref: weakref.ref[Heartbeat], stop: threading.Event, interval: float) -> None:
     """The watcher thread: it ends when its heartbeat is stopped, or dropped with its context
     (an adopted context is never closed)."""
+    stuck = Stuck()
     while not stop.wait(interval):
         heartbeat = ref()
         if heartbeat is None:
             return
         heartbeat._round()
+        stuck.look(heartbeat)
         del heartbeat
 
 
 _RUNNING: weakref.WeakSet[Heartbeat] = weakref.WeakSet()
+
+#: where torch's own collectives wait (DDP's gradient all_reduce runs inside backward)
+_TORCH_WAITS = tuple(os.path.join("torch", d, "") for d in ("distributed", "autograd", os.path.join("nn", "parallel")))
+
+
+@attrs.define
+class Stuck:
+    """A rank blocked inside torch's own collectives (DDP, FSDP, checkpoints) never asks ``lost``,
+    and gloo cannot be woken from Python. When a peer is lost and the main thread has stayed on
+    one line of torch.distributed / autograd for ``SETTLE`` seconds, the watcher says so on
+    stderr, with the main thread's stack, and ends the process with status 1."""
+
+    SETTLE = 2.0
+    _at: tuple[object, int] | None = None
+    _since: float = 0.0
+
+    def look(self, heartbeat: Heartbeat) -> None:
+        frame = sys._current_frames().get(threading.main_thread().ident or -1)
+        where = (frame.f_code, frame.f_lineno) if frame is not None else None
+        if frame is None or not any(d in frame.f_code.co_filename for d in _TORCH_WAITS):
+            self._at = None
+            return
+        now = time.monotonic()
+        if where != self._at:
+            self._at, self._since = where, now
+            return
+        lost = heartbeat.lost(range(heartbeat.world_size))
+        if lost is None or now - self._since < self.SETTLE:
+            return
+        stack = "".join(traceback.format_stack(frame))
+        message = (
+            f"Traceback of rank {heartbeat.rank}'s main thread (most recent call last):\n{stack}"
+            f"idist.PeerLostError: ranks {list(lost.ranks)} stopped answering ({lost.why}) while rank "
+            f"{heartbeat.rank} waits in torch's own collective above, which cannot be interrupted; the group is "
+            "lost: exiting with status 1\n"
+        )
+        os.write(2, message.encode(errors="replace"))
+        os._exit(1)
 
 
 @atexit.register
