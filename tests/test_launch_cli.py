@@ -75,6 +75,14 @@ def test_run_refuses_a_topology_that_cannot_work(args: list[str], says: str) -> 
     assert proc.returncode == 2 and says in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_run_refuses_a_liveness_limit_the_ranks_would_refuse(value: str) -> None:
+    proc = run_py(["-m", "idist", "run", "-n", "2", f"--liveness={value}", REPORT], timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "--liveness: liveness must be a number of seconds >= 0" in proc.stderr, proc.stderr
+    assert "[rank" not in proc.stderr  # refused before any rank started
+
+
 def test_run_reports_a_missing_script() -> None:
     proc = run_py(["-m", "idist", "run", "-n", "2", "no/such/script.py"], timeout=60)
     assert proc.returncode == 2 and "no such script" in proc.stderr

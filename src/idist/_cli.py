@@ -98,6 +98,7 @@ def _check_topology(a: argparse.Namespace) -> str | None:
 
 def _run_native(a: argparse.Namespace) -> int:
     # deferred: idist.launch imports torch; `idist --help` and argument errors answer without it
+    from ._backends.native._liveness import limit_from  # (see above)
     from .launch._plan import LaunchPlan  # (see above)
     from .launch._scripts import run_script  # (see above)
 
@@ -112,9 +113,10 @@ def _run_native(a: argparse.Namespace) -> int:
     if a.rdzv_timeout is not None:
         env["IDIST_RDZV_TIMEOUT"] = str(a.rdzv_timeout)
     if a.liveness is not None:
-        if not a.liveness >= 0:
-            return _fail(f"--liveness must be a number of seconds >= 0 (0 turns it off), got {a.liveness}")
-        env["IDIST_LIVENESS"] = repr(a.liveness)
+        try:  # the ranks' own check, once here rather than an error on every rank
+            env["IDIST_LIVENESS"] = repr(limit_from(a.liveness, {}))
+        except ValueError as exc:
+            return _fail(f"--liveness: {exc}")
     target = ["-m", a.script] if a.module else [a.script]
     node = f", node {a.node_rank}" if a.nnodes > 1 else ""
     return run_script(plan, [*target, *a.args], env, node)

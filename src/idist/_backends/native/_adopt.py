@@ -12,7 +12,7 @@ from ..._errors import LaunchEnvironmentError
 from ..._launch_env import LaunchInfo, detect
 from ..._topology import Topology
 from ._create import CREATED, DEFAULT_TIMEOUT, C, _build, _explicit_info
-from ._liveness import heartbeat, limit_from
+from ._liveness import limit_from
 
 #: ignite's ``set_local_rank``: the local rank of this process when a group is adopted and
 #: no launcher variable says it (process-wide, as in ignite)
@@ -42,8 +42,8 @@ def adopt(cls: type[C]) -> C | None:
     except (RuntimeError, ValueError):
         store = None
     backend = name if name in ("gloo", "nccl", "mpi") else "gloo"
-    beat = heartbeat(store, env, limit_from(None, os.environ))
-    return _build(cls, backend, pg, store, env, DEFAULT_TIMEOUT, owns_default=False, liveness=beat)
+    limit = limit_from(None, os.environ)
+    return _build(cls, backend, pg, store, env, DEFAULT_TIMEOUT, owns_default=False, liveness=limit)
 
 
 def set_local_rank_hint(index: int) -> None:

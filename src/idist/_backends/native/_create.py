@@ -20,7 +20,7 @@ from ..._topology import Topology
 from . import _rendezvous
 from ._comm import NativeComm, PGLike
 from ._guard import Guard, checked_from_env
-from ._liveness import Heartbeat, attempt, heartbeat, limit_from
+from ._liveness import attempt, heartbeat, limit_from
 
 if TYPE_CHECKING:
     from ._context import NativeContext
@@ -83,8 +83,10 @@ def _build(
     owns_default: bool,
     checked: bool | None = None,
     bind: str | None = None,
-    liveness: Heartbeat | None = None,
+    liveness: float = 0.0,
 ) -> C:
+    """The context over ``pg``; ``liveness`` is the limit in seconds of its heartbeat (0: none)."""
+    beat = heartbeat(store, info, liveness)
     device = _device(name, info.topology.local_rank)
     t = info.topology
     guard = Guard(
@@ -93,11 +95,11 @@ def _build(
         checked=checked_from_env() if checked is None else checked,
         store_host_ranks=tuple(range(t.nproc_per_node)),
         nproc_per_node=t.nproc_per_node if t.nnodes > 1 else 0,
-        liveness=liveness,
+        liveness=beat,
         marks=_marks.from_env(os.environ),
     )
     # gloo's waits can be cut into slices (between two, the watcher is asked about the peers)
-    sliced = liveness is not None and name == "gloo"
+    sliced = datetime.timedelta(seconds=beat.interval) if beat is not None and name == "gloo" else None
     world = NativeComm(
         pg,
         tuple(range(t.world_size)),
@@ -106,7 +108,7 @@ def _build(
         stage=device if name == "nccl" else None,
         flat=name != "mpi",
         default_group=owns_default,
-        slice=datetime.timedelta(seconds=liveness.interval) if sliced and liveness is not None else None,
+        slice=sliced,
     )
     state = ContextState(world)
     ctx = cls(
@@ -120,9 +122,9 @@ def _build(
         _owns_default=owns_default,
         _state=state,
     )
-    if liveness is not None:
-        liveness.start()
-        state.on_close.append(liveness.stop)
+    if beat is not None:
+        beat.start()
+        state.on_close.append(beat.stop)
     if device.type == "cuda":
         previous = torch.cuda.current_device()
         torch.cuda.set_device(device)
@@ -221,9 +223,8 @@ def create(
             store = dist.distributed_c10d._get_default_store()
         pg = dist.group.WORLD
         assert pg is not None
-        beat = heartbeat(store, info, limit)
         ctx = _build(
-            cls, name, pg, store, info, td, owns_default=True, checked=checked, bind=bind.address, liveness=beat
+            cls, name, pg, store, info, td, owns_default=True, checked=checked, bind=bind.address, liveness=limit
         )
         key = id(pg)  # not pg itself: a broken context drops its last reference (closing its sockets)
         CREATED.add(key)
