@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, Self, TypeVar
 
 import attrs
 import torch
@@ -21,6 +21,7 @@ from ._codec import checked_tensor
 from ._errors import CollectiveInputError, ContextClosedError, GroupBrokenError, IdistError, TrainingSetupError
 from ._exchange import Comm
 from ._group import Group, check_ranks
+from ._inplace import unwritable
 from ._reduce import check_tensor_op
 from ._speculative import Pipeline
 from ._topology import Topology
@@ -177,9 +178,18 @@ class ContextCore(ABC, Generic[CommT]):
         """
 
     def _check_tensor(self, t: torch.Tensor, op: str) -> None:
-        """What this rank can tell alone about a tensor it is about to reduce."""
+        """What this rank can tell alone about a tensor it is about to reduce (in place)."""
         check_tensor_op(op, t.dtype)
         checked_tensor(t)
+        error = unwritable(t, "all_reduce")
+        if error is not None:
+            raise error
+
+    def _unpaired(self, comm: CommT, error: IdistError) -> NoReturn:
+        """This rank found, after data moved, that some rank made another call: nothing can be
+        agreed any more. A backend that can break its group does, so that every later call
+        raises instead of pairing with the wrong one; ``error`` is raised here."""
+        raise error
 
     def _broken(self) -> str | None:
         """Why the group cannot be used any more (a backend that can break says), else None."""

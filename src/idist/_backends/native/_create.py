@@ -18,9 +18,10 @@ from ..._errors import AlreadyInitializedError, BackendUnavailableError, LaunchE
 from ..._launch_env import LaunchInfo, detect
 from ..._topology import Topology
 from . import _rendezvous
-from ._comm import NativeComm, PGLike
+from ._comm import NativeComm
 from ._guard import Guard, checked_from_env
 from ._liveness import attempt, heartbeat, limit_from
+from ._pg import PGLike
 
 if TYPE_CHECKING:
     from ._context import NativeContext
@@ -98,8 +99,9 @@ def _build(
         liveness=beat,
         marks=_marks.from_env(os.environ),
     )
-    # gloo's waits can be cut into slices (between two, the watcher is asked about the peers)
-    sliced = datetime.timedelta(seconds=beat.interval) if beat is not None and name == "gloo" else None
+    # gloo's waits can be cut into slices: between two, the watcher is asked about the peers,
+    # and the store whether a peer failed before it communicated (see Guard.look)
+    sliced = datetime.timedelta(seconds=beat.interval if beat is not None else 1.0) if name == "gloo" else None
     world = NativeComm(
         pg,
         tuple(range(t.world_size)),
