@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import math
 import struct
+import threading
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
@@ -254,6 +255,7 @@ def _issue_cases(rank: int) -> dict[str, Any]:
     ctx = case("unpickle")
     out["unpickle_bcast"] = _outcome(lambda: ctx.broadcast(Bomb() if rank == 0 else None, 0))[:2]
     out["unpickle_gather"] = _outcome(lambda: ctx.all_gather(Bomb() if rank == 1 else "fine"))[:2]
+    out["unpicklable_src1"] = _outcome(lambda: ctx.broadcast(threading.Lock() if rank == 1 else None, 1))
     out["unpickle_value"] = _outcome(lambda: ctx.all_gather(idist.CollectiveInputError("a value, not an error")))
     out["unpickle_after"] = _outcome(lambda: ctx.all_gather(rank))
     ctx.close()
@@ -351,6 +353,8 @@ def test_a_payload_that_does_not_unpickle_raises_on_every_rank(issue_rows: list[
     for r in issue_rows:
         assert r["unpickle_bcast"] == ("err", "UnsupportedValueError"), r["unpickle_bcast"]
         assert r["unpickle_gather"] == ("err", "UnsupportedValueError"), r["unpickle_gather"]
+        got = r["unpicklable_src1"]  # the error names src, whatever its place in the group
+        assert got[:2] == ("err", "UnsupportedValueError") and "failed on rank 1" in got[2], got
         # an exception object is a value like any other
         got = r["unpickle_value"]
         assert got[0] == "ok" and [type(e).__name__ for e in got[1]] == ["CollectiveInputError"] * 2, got

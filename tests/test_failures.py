@@ -210,8 +210,8 @@ def _agreement_cases(rank: int) -> dict[str, Any]:
     run("tensor and number", False, mixed)
     # 5: the same bad input on every rank, rank 1 arriving 2 s late
     run("bad op late", False, lambda c: c.all_reduce(torch.ones(2), "FOO"), late=2.0)
-    run("bad src late", False, lambda c: c.broadcast(1.0, src=7), late=2.0)
-    run("bad group late", False, lambda c: c.all_reduce(1, group=[0, 9]), late=2.0)
+    run("bad src late", False, lambda c: c.broadcast(1.0, src=7), late=1.0)
+    run("bad group late", False, lambda c: c.all_reduce(1, group=[0, 9]), late=1.0)
     # ... while a bad input on one rank only still breaks the group at once, also for a late peer
     run("bad op on one rank, peer late", False, lambda c: c.all_reduce(torch.ones(2), "FOO" if rank == 0 else "SUM"),
         late=2.0)  # fmt: skip
@@ -268,7 +268,7 @@ def test_the_same_bad_input_everywhere_agrees_however_late_a_rank_arrives(agreem
     for case, cls in (("bad op late", "UnsupportedOpError"), ("bad src late", "CollectiveInputError"),
                       ("bad group late", "CollectiveInputError")):  # fmt: skip
         assert r0[case][0] == r1[case][0] == cls, (case, r0[case], r1[case])
-        assert r0[case + " took"] > 1.5  # rank 0 waited for rank 1 ...
+        assert r0[case + " took"] > 0.8  # rank 0 waited for rank 1 (the old window was 0.3 s) ...
         assert r0[case + " next"] == r1[case + " next"] == ("ok", [10, 11]), case  # ... and the group is usable
     case = "bad op on one rank, peer late"
     assert r0[case][0] == "UnsupportedOpError" and r1[case][0] == "GroupBrokenError", (r0[case], r1[case])

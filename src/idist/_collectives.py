@@ -203,11 +203,9 @@ def broadcast(ctx: DistContext[CommT], comm: CommT, x: object, src: int) -> obje
     seen = (shape, _codec.DTYPES[code]) if header_only and 0 not in shape else None
     if pipe is not None:
         _speculative.remember(pipe, gsrc, seen)
-    if tag is _frame.Tag.ERROR:
-        _exchange.decode_all(comm, [buf], "broadcast")
     if tag is not _frame.Tag.TENSOR:
-        # src decodes its own frame too: a value that does not unpickle raises on every rank alike
-        value = _exchange.decode_from(buf, src, "broadcast") if not me or tag is _frame.Tag.PICKLE else x
+        # src decodes its own frame too when it is a pickle or an error: every rank raises alike
+        value = _exchange.decode_from(buf, src, "broadcast") if not me or tag in _SRC_DECODES else x
         return x if me else value
     if landed is not None and seen == expected:  # the data came with the header
         return x if me or landed is x else _received(x, landed)
@@ -223,6 +221,10 @@ def broadcast(ctx: DistContext[CommT], comm: CommT, x: object, src: int) -> obje
     elif not me:
         _inplace.write(target, _codec.decode_tensor(buf))
     return target
+
+
+#: the frames src decodes itself after sending them (see ``broadcast``)
+_SRC_DECODES = (_frame.Tag.PICKLE, _frame.Tag.ERROR)
 
 
 def _received(x: object, data: torch.Tensor) -> torch.Tensor:

@@ -195,16 +195,19 @@ def finish_broadcast(comm: Comm, buf: torch.Tensor, frame: Frame | None, src: in
 def decode_all(comm: Comm, bufs: list[torch.Tensor], what: str) -> list[object]:
     """Decode gathered frames, the same on every rank: if any rank shipped an error, raise the first
     (in rank order) here; a value that does not unpickle raises ``UnsupportedValueError`` naming its rank."""
-    for rank, buf in zip(comm.ranks, bufs, strict=False):
+    pairs = list(zip(comm.ranks, bufs, strict=False))
+    for rank, buf in pairs:  # the first error in rank order, before any value is decoded
         if peek(buf)[0] is Tag.ERROR:
-            shipped = decode_error(buf)
-            raise type(shipped)(f"{what} failed on rank {rank}: {shipped}")
-    return [decode_from(buf, rank, what) for rank, buf in zip(comm.ranks, bufs, strict=False)]
+            decode_from(buf, rank, what)
+    return [decode_from(buf, rank, what) for rank, buf in pairs]
 
 
 def decode_from(buf: torch.Tensor, rank: int, what: str) -> object:
-    """The value global rank ``rank`` sent in ``buf`` (not an error frame); a value that does
-    not unpickle raises ``UnsupportedValueError`` naming the rank, the same on every rank."""
+    """The value global rank ``rank`` sent in ``buf``: an error it shipped is raised naming it, and
+    a value that does not unpickle raises ``UnsupportedValueError`` naming it (the same on every rank)."""
+    if peek(buf)[0] is Tag.ERROR:
+        shipped = decode_error(buf)
+        raise type(shipped)(f"{what} failed on rank {rank}: {shipped}")
     try:
         return decode(buf)
     except UnsupportedValueError as exc:

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ..._inplace import write
+from ..._inplace import resolved, write
 from . import _lib
 from ._comm import XlaComm
 
@@ -107,8 +107,8 @@ def _fold_integers(t: torch.Tensor, op: str, comm: XlaComm) -> torch.Tensor:
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
-    """``t``'s memory as same-width integers (a CPU tensor)."""
-    t = t.detach().cpu().contiguous()
+    """``t``'s values as same-width integers (a CPU tensor; a conjugated view's values, resolved)."""
+    t = resolved(t.detach().cpu()).contiguous()
     if t.dtype == torch.complex128:
         return torch.view_as_real(t).view(torch.int64)
     return t.view(_BITS[t.element_size()])
