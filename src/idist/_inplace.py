@@ -46,7 +46,8 @@ def resolved(t: torch.Tensor) -> torch.Tensor:
 
 def shares_elements(t: torch.Tensor) -> bool:
     """Whether some elements of ``t`` are one memory location (a stride 0: ``expand()``)."""
-    return any(stride == 0 and size > 1 for stride, size in zip(t.stride(), t.shape, strict=True))
+    strides = t.stride()
+    return 0 in strides and any(stride == 0 and size > 1 for stride, size in zip(strides, t.shape, strict=True))
 
 
 def unwritable(t: torch.Tensor, call: str) -> UnsupportedValueError | None:

@@ -58,14 +58,19 @@ Kind = Literal["bool", "int", "float"]
 _VALID: dict[str, tuple[str, ...]] = {"bool": BOOL_OPS, "int": INT_OPS, "float": FLOAT_OPS}
 
 
+_PYTHON_KINDS: dict[type, Kind] = {bool: "bool", int: "int", float: "float"}
+
+
 def number_kind(x: object) -> Kind | None:
     """How all_reduce reduces ``x``: bool, int and float, and the numpy scalars that stand for them."""
-    kind = type(x)
-    if kind is bool or kind is np.bool_:
+    kind = _PYTHON_KINDS.get(type(x))
+    if kind is not None or not isinstance(x, np.generic):
+        return kind
+    if isinstance(x, np.bool_):
         return "bool"
-    if kind is int or isinstance(x, np.integer):
+    if isinstance(x, np.integer):
         return "int"
-    if kind is float or (isinstance(x, np.floating) and x.itemsize <= 8):
+    if isinstance(x, np.floating) and x.itemsize <= 8:
         return "float"
     return None
 
@@ -139,7 +144,9 @@ def fold_values(op: str, values: Sequence[object]) -> object:
     bool mixes with nothing. The result has the type every rank passed (a numpy scalar type
     included), else the Python type of the kind.
     """
-    kinds = {number_kind(v) for v in values}
+    types = {type(v) for v in values}
+    only = _PYTHON_KINDS.get(types.pop()) if len(types) == 1 else None
+    kinds = {only} if only is not None else {number_kind(v) for v in values}
     if len(kinds) > 1 and "bool" in kinds:
         names = ", ".join(sorted({type(v).__name__ for v in values}))
         raise UnsupportedValueError(
@@ -156,7 +163,10 @@ def fold_values(op: str, values: Sequence[object]) -> object:
             hint = "; reduce float(x) for an average"
         raise _reject(op, what, _VALID[kind], hint)
     # Left fold in rank order, the same on every rank; SUM uses plain float addition.
-    result = reduce(_FOLDS[op], [as_python(kind, v) for v in values])
+    numbers = (
+        [v for v in values if isinstance(v, (int, float))] if only is not None else [as_python(kind, v) for v in values]
+    )
+    result = numbers[0] if len(numbers) == 1 else reduce(_FOLDS[op], numbers)
     if kind == "float" and op == "AVERAGE":
         result = result / len(values)
     elif kind == "bool":
@@ -165,7 +175,7 @@ def fold_values(op: str, values: Sequence[object]) -> object:
         raise ReduceOverflowError(
             f"all_reduce({op}) of ints overflows int64 (exact result {result}); reduce float(x) or split the value"
         )
-    return _as_type({type(v) for v in values}, result, op)
+    return result if only is not None else _as_type({type(v) for v in values}, result, op)
 
 
 def _as_type(types: set[type], result: int | float, op: str) -> object:

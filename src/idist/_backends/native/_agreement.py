@@ -70,6 +70,7 @@ def wait_for_peers(store: Store, comms: Sequence[NativeComm], limit: float, lost
     while thread.is_alive() and time.monotonic() < deadline and lost() is None:
         thread.join(min(0.25, max(0.0, deadline - time.monotonic())))
     stop.set()
+    thread.join(1.0)  # its store call in flight returns before this rank moves on (or exits)
     return bool(outcome and outcome[0])
 
 
