@@ -77,6 +77,10 @@ def number_kind(x: object) -> Kind | None:
 
 def check_number(x: object) -> None:
     """What one rank can tell alone about its value for all_reduce (the collective ships it)."""
+    if type(x) is float or type(x) is bool:
+        return  # the common cases first, without the numpy checks below
+    if isinstance(x, int) and type(x) is int and INT64_MIN <= x <= INT64_MAX:
+        return
     kind = number_kind(x)
     if kind is None:
         what = type(x).__name__

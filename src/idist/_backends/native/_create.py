@@ -100,8 +100,10 @@ def _build(
         marks=_marks.from_env(os.environ),
     )
     # gloo's waits can be cut into slices: between two, the watcher is asked about the peers,
-    # and the store whether a peer failed before it communicated (see Guard.look)
-    sliced = datetime.timedelta(seconds=beat.interval if beat is not None else 1.0) if name == "gloo" else None
+    # and the store whether a peer failed before it communicated (see Guard.look); alone, a
+    # rank has no peer to wait for
+    interval = beat.interval if beat is not None else 1.0
+    sliced = datetime.timedelta(seconds=interval) if name == "gloo" and t.world_size > 1 else None
     world = NativeComm(
         pg,
         tuple(range(t.world_size)),
