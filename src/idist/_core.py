@@ -181,8 +181,7 @@ class ContextCore(ABC, Generic[CommT]):
         """What this rank can tell alone about a tensor it is about to reduce (in place)."""
         check_tensor_op(op, t.dtype)
         checked_tensor(t)
-        error = unwritable(t, "all_reduce")
-        if error is not None:
+        if not t.is_contiguous() and (error := unwritable(t, "all_reduce")) is not None:
             raise error
 
     def _unpaired(self, comm: CommT, error: IdistError) -> NoReturn:

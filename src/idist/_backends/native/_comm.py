@@ -107,7 +107,10 @@ class NativeComm:
         done = False
         self.busy += 1
         try:
-            lost = self._finish(start([t], opts))
+            if self.slice is None:
+                start([t], opts).wait()
+            else:
+                lost = self._finish(start([t], opts))
             done = lost is None
         except RuntimeError as exc:
             failure = exc
@@ -233,7 +236,8 @@ class NativeComm:
         is divided before it is written back, so ``t`` never holds the sum once this returns."""
         sections = self.guard.sections
         opts = reduce_options(op, sections[-1]) if sections else REDUCE_OPTIONS[op]
-        if self._direct(t):
+        # _direct, inlined: the hot path
+        if self.stage is None and t.is_contiguous() and not (t.is_conj() or t.is_neg()):
             self._run(self.pg.allreduce, t, opts, "all_reduce")
             if divisor:
                 divide(t, divisor)
