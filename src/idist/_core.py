@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from torch.optim import Optimizer
 
     from .training import AutoDataLoader
+    from .training._feed import Feed
     from .training._options import OptimOptions
 
 T = TypeVar("T")
@@ -52,6 +53,8 @@ class ContextState(Generic[CommT]):
     #: itself, never by its ``id()``, which a later group may reuse once this one is gone
     group_comms: weakref.WeakKeyDictionary[object, CommT | None] = attrs.Factory(weakref.WeakKeyDictionary)
     on_close: list[Callable[[], None]] = attrs.Factory(list)
+    #: the weight and place of the batch this rank's loaders yielded last (training/_feed.py)
+    feed: Feed | None = None
     closed: bool = False
     #: set by the context that owns this state; a second one (``attrs.evolve``) is refused
     owned: bool = False
