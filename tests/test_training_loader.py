@@ -126,7 +126,7 @@ def test_tail_smaller_than_world_warns_and_even_batches_pads() -> None:
         warnings.simplefilter("always")
         (u0, e0), (u1, e1) = on_ranks(2, run)
     messages = [str(w.message) for w in caught]
-    assert len(messages) == 4 and all("last step of 1 samples, split 1, 0" in m for m in messages), messages
+    assert len(messages) == 4 and all("last step of 1 sample, split 1, 0" in m for m in messages), messages
     assert sum("empty batch" in m and "even_batches=True" in m for m in messages) == 2
     assert all(w.filename == __file__ for w in caught)  # attributed to the caller's line
     assert len(u0) == len(u1) == 3 and u1[2] == [] and sorted(flat(u0) + flat(u1)) == list(range(9))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, cast, final
 
 import torch
 
-from ._sampler import _ShardedBase, rank_count
+from ._sampler import _count, _ShardedBase, rank_count
 from ._warn import warn
 
 if TYPE_CHECKING:
@@ -178,9 +178,10 @@ def warn_tail(sampler: _ShardedBase, b: int | None, drop_last: bool, even_batche
             else "Ranks without a sample repeat one there (even_batches=True), with no gradient weight. "
         )
     warn(
-        f"{sampler.length} samples in global batches of {steps.global_batch} leave a last step of {sum(tail)} "
-        f"samples, split {', '.join(map(str, tail))} over the {sampler.num_replicas} ranks. {empty}auto_model "
-        "weights each rank's gradient by its share, so a loss that is the mean over each rank's batch trains "
-        "exactly like one process; a sum or another reduction, or several loaders feeding one model, makes that "
-        f"step differ: pass drop_last=True (or a dataset length that divides by {steps.global_batch}) to avoid it"
+        f"{sampler.length} samples in global batches of {steps.global_batch} leave a last step of "
+        f"{_count(sum(tail), 'sample')}, split {', '.join(map(str, tail))} over the {sampler.num_replicas} "
+        f"ranks. {empty}auto_model weights each rank's gradient by its share, so a loss that is the mean over "
+        "each rank's batch trains exactly like one process; a sum or another reduction, or several loaders "
+        "feeding one model, makes that step differ: pass drop_last=True (or a dataset length that divides by "
+        f"{steps.global_batch}) to avoid it"
     )

@@ -53,6 +53,8 @@ def auto_model(
     check_options(ctx.device, strategy, kwargs)
     if isinstance(model, WRAPPERS) or is_sharded(model):
         logger.info("auto_model: %s is already wrapped; returned as it is", type(model).__name__)
+        if ctx.model_name() != "xla-dist":
+            weigh_gradients(ctx, model)  # once: a model auto_model returned has the hook already
         return model
     device = ctx.device
     tensors = [*model.parameters(), *model.buffers()]
@@ -80,6 +82,8 @@ def check_options(device: torch.device, strategy: str, kwargs: dict[str, object]
         wrapper = "fully_shard"
     else:
         valid, wrapper = _parameters(DistributedDataParallel.__init__), "DistributedDataParallel"
+    if strategy == "fsdp" and "mesh" in kwargs:
+        raise TrainingSetupError("auto_model builds the device mesh from the context's process group; drop mesh=")
     unknown = sorted(set(kwargs) - set(valid))
     if unknown:
         raise TrainingSetupError(

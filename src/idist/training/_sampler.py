@@ -65,6 +65,10 @@ def shard_plan(length: int, world_size: int, drop_last: bool, even_batches: bool
     return length
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def rank_count(total: int, world_size: int, rank: int) -> int:
     """Positions ``rank, rank + W, ...`` below ``total``."""
     return len(range(rank, total, world_size))
@@ -115,8 +119,8 @@ class _ShardedBase(DistributedSampler[int]):
                 f"{length} samples over {num_replicas} replicas{f' in batches of {b}' if batch_size else ''}: "
                 f"some ranks run {first} {'batches' if batch_size else 'samples'} per epoch, others {first - 1}, "
                 "and DDP training blocks on the extra step. Pass even_batches=True to repeat "
-                f"{num_replicas - length % num_replicas} samples (as ignite's DistributedProxySampler and torch's "
-                "DistributedSampler always do), or drop_last=True"
+                f"{_count(num_replicas - length % num_replicas, 'sample')} (as ignite's DistributedProxySampler "
+                "and torch's DistributedSampler always do), or drop_last=True"
             )
 
     def set_epoch(self, epoch: int) -> None:
