@@ -34,7 +34,8 @@ class _Probe(_worker.WorkerInfo):
 
     def __init__(self, shard: int, shards: int, real: _worker.WorkerInfo | None, dataset: Dataset[object]) -> None:
         seed = real.seed if real is not None else torch.initial_seed()
-        super().__init__(id=shard, num_workers=shards, seed=seed, dataset=real.dataset if real else dataset)
+        extra = {k: getattr(real, k) for k in ("rng", "worker_method") if hasattr(real, k)}  # newer torch
+        super().__init__(id=shard, num_workers=shards, seed=seed, dataset=real.dataset if real else dataset, **extra)
         object.__setattr__(self, "asked", [])
 
     def __getattribute__(self, name: str) -> object:
