@@ -162,3 +162,19 @@ def test_a_proxy_sampler_keeps_its_epoch_in_the_sampler() -> None:
     assert isinstance(loader.sampler, DistributedProxySampler)
     epoch_of(loader)
     assert loader.sampler.epoch == 1  # the next pass's epoch, where a user's set_epoch overwrites it
+
+
+def test_persistent_workers_keep_the_rule() -> None:
+    def run(ctx: idist.DistContext) -> list[list[int]]:
+        workers: dict[str, Any] = {"num_workers": 1, "persistent_workers": True, "multiprocessing_context": "fork"}
+        loader = ctx.auto_dataloader(dataset(9), batch_size=4, shuffle=True, **workers)
+        if ctx.rank == 1:
+            next(iter(loader))
+        return [[len(b[0]) for b in loader] + flat([b[0].tolist() for b in loader]) for _ in range(1)]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        (r0,), (r1,) = on_ranks(2, run)
+    # each entry: the batch sizes of one pass, then the samples of the next pass
+    assert r0[:3] == [2, 2, 1] and r1[:3] == [2, 2, 0]  # rank 1's last batch is empty
+    assert sorted(r0[3:] + r1[3:]) == list(range(9))

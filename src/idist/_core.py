@@ -44,7 +44,7 @@ CommT = DefaultTypeVar("CommT", bound=Comm, default=Any)
 
 @attrs.define(eq=False)
 class ContextState(Generic[CommT]):
-    """The only mutable part of a context: lifecycle and comms (with their caches)."""
+    """The only mutable part of a context: lifecycle, comms (with their caches), the training feed."""
 
     world: CommT
     #: comms of subgroups given as global ranks (a list, a ``Group``), by their rank tuple

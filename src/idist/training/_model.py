@@ -126,7 +126,7 @@ def wrap_single_process(ctx: ContextCore, model: nn.Module, sync_bn: bool, kwarg
             "CUDA_VISIBLE_DEVICES",
             torch.cuda.device_count(),
         )
-        return DataParallel(model, dim=int(str(kwargs.get("dim", 0))))
+        return DataParallel(model, dim=kwargs.get("dim", 0))
     if kwargs:
         logger.info("auto_model: no wrapper on one process; options %s ignored", sorted(kwargs))
     return model

@@ -104,7 +104,6 @@ class _ShardedBase(DistributedSampler[int]):
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
         self.length = length
         self.even_batches = even_batches
-        self.batch_size = batch_size
         self.total_size = shard_plan(length, num_replicas, drop_last, even_batches, batch_size)
         self.num_samples = rank_count(self.total_size, num_replicas, rank)
         #: set by ``set_epoch``, cleared when a loader starts a pass (an explicit epoch wins)
