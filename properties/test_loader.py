@@ -10,6 +10,7 @@ docs/training.md, not from idist's code.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,6 +18,12 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from idist import DistContext
 from idist.testing import Runner
+
+# uneven tails and batches that do not divide warn (tests/test_training_*.py check the warnings)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.* is the global batch and does not divide:UserWarning"),
+    pytest.mark.filterwarnings("ignore:.* samples in global batches of .* leave a last step:UserWarning"),
+]
 
 
 def one_process(n: int, global_batch: int, drop_last: bool, shuffle: bool, seed: int, epoch: int) -> list[list[int]]:
@@ -31,7 +38,6 @@ def one_process(n: int, global_batch: int, drop_last: bool, shuffle: bool, seed:
 def rank_batches(
     ctx: DistContext, n: int, batch: int, drop_last: bool, shuffle: bool, seed: int, epochs: int, peek: int | None
 ) -> tuple[int | None, list[list[list[int]]]]:
-    # uneven tails and batches that do not divide warn (tests/test_training_*.py check the warnings)
     loader = ctx.auto_dataloader(
         TensorDataset(torch.arange(n)), batch_size=batch, drop_last=drop_last, shuffle=shuffle, seed=seed
     )
