@@ -1,9 +1,10 @@
 """Checkpoints in one process: serial contexts and simulated ranks (threads), and the CLI.
 
 Round trips of modules, optimizers, stateful objects and plain values; publishing by
-rename (with and without an atomic exchange), stale staging folders, all-or-nothing loads
-and their errors; a checkpoint written by replicated simulated ranks loads on another
-world size; ``idist checkpoint info|convert``.
+rename (with and without an atomic exchange), all-or-nothing loads and their errors
+(what a save may replace and its staging folders: test_checkpoint_files.py); a
+checkpoint written by replicated simulated ranks loads on another world size;
+``idist checkpoint info|convert``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from idist import (
     CheckpointNotFoundError,
     CheckpointStateError,
 )
-from idist.checkpoint import Loaded, Skipped, _files
+from idist.checkpoint import Loaded, Skipped, _publish
 from idist.testing import simulate
 
 
@@ -78,32 +79,15 @@ def test_a_second_save_replaces_the_first_whole(tmp_path: Path, monkeypatch: pyt
     model, _, _ = _trained()
     for exchange in (True, False):  # renameat2(RENAME_EXCHANGE), and filesystems without it
         if not exchange:
-            monkeypatch.setattr(_files, "_exchange", lambda a, b: False)
+            monkeypatch.setattr(_publish, "_exchange", lambda a, b: False)
         idist.save_checkpoint(tmp_path / "ck", {"model": model, "step": 1})
         other, _, _ = _trained(seed=2)
         idist.save_checkpoint(tmp_path / "ck", {"model": other, "step": 2})
         fresh, _, _ = _trained(seed=3, steps=0)
         assert idist.load_checkpoint(tmp_path / "ck", {"model": fresh})["step"] == 2
         assert _same(fresh.state_dict(), other.state_dict())
-        _files.wait_removals()  # the replaced checkpoint is removed in the background
+        _publish.wait_removals()  # the replaced checkpoint is removed in the background
         assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
-
-
-def test_a_stale_staging_folder_is_removed_by_the_next_save(tmp_path: Path) -> None:
-    stale = tmp_path / ".ck.idist-tmp"
-    stale.mkdir()
-    (stale / "__0_0.distcp").write_bytes(b"half a file")
-    model, _, _ = _trained()
-    idist.save_checkpoint(tmp_path / "ck", {"model": model})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
-
-
-def test_a_checkpoint_set_aside_by_an_interrupted_publish_is_named(tmp_path: Path) -> None:
-    model, _, _ = _trained()
-    idist.save_checkpoint(tmp_path / "ck", {"model": model})
-    (tmp_path / "ck").rename(tmp_path / ".ck.idist-old")  # a save died between its two renames
-    with pytest.raises(CheckpointNotFoundError, match=r"left the previous checkpoint at .*\.ck\.idist-old"):
-        idist.load_checkpoint(tmp_path / "ck", {"model": model})
 
 
 def test_missing_and_foreign_folders_raise_file_not_found(tmp_path: Path) -> None:
