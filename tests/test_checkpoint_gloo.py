@@ -4,7 +4,9 @@ all or nothing, and raised on every rank.
 Saved by 2 FSDP ranks and by 2 DDP ranks, loaded by 3 DDP / FSDP ranks and by one plain
 process: the weights and the Adam state are the saved ones exactly, and training goes on
 like an uninterrupted single process. A rank that fails (or is SIGKILLed) mid-save leaves
-the previous checkpoint whole; bad paths and mismatched states raise on every rank.
+the previous checkpoint whole; bad paths and mismatched states raise on every rank; ranks
+that read different saves are told. Two jobs saving one path at once all succeed, and a
+load meanwhile reads one save whole.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import os
 import re
 import shutil
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from torch import nn
 from torch.distributed.checkpoint.filesystem import FileSystemWriter
 
 import idist
@@ -317,4 +321,54 @@ def test_sigkill_of_one_rank_mid_save_leaves_the_previous_checkpoint_loadable(tm
         assert state["epoch"] == 1 and full_state(model, opt) == full_state(*fresh)
         ctx.save_checkpoint(tmp_path / "ck", state)
     _publish.wait_removals()  # the replaced checkpoint is removed in the background
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
+# ---------------------------------------------------------------------------- concurrent saves
+SAVES = 25
+
+
+def _saver(job: int, folder: str) -> int:
+    """One of two jobs (one process each, no process group) saving the same path over and over."""
+    model = nn.Linear(16, 16)
+    with idist.context("serial") as ctx:
+        for i in range(SAVES):
+            tag = (job + 1) * 1000 + i
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.fill_(tag)  # every tensor of a save holds its tag: a mix shows
+            ctx.save_checkpoint(Path(folder) / "ck", {"model": model, "tag": tag})
+    _publish.wait_removals()
+    return SAVES
+
+
+def test_two_jobs_saving_one_path_at_once_all_succeed_and_never_mix(tmp_path: Path) -> None:
+    done, saved = threading.Event(), []
+
+    def jobs() -> None:
+        try:
+            saved.append(run_ranks(_saver, 2, str(tmp_path), timeout=240, set_launcher_env=False))
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=jobs)
+    thread.start()
+    loads, refused = 0, []
+    while not done.is_set():  # meanwhile, this process loads what is there
+        fresh = nn.Linear(16, 16)
+        try:
+            tag = idist.load_checkpoint(tmp_path / "ck", {"model": fresh})["tag"]
+        except CheckpointError as exc:  # none yet, or the save it read was removed under it: never a mix
+            refused.append(str(exc))
+        else:
+            assert all(torch.equal(p, torch.full_like(p, tag)) for p in fresh.parameters()), tag
+            loads += 1
+        done.wait(0.02)  # leave the savers most of the 2 cores
+    thread.join()
+    assert saved == [[SAVES, SAVES]]  # every save of both jobs returned normally
+    assert loads > 0, refused[:3]
+    fresh = nn.Linear(16, 16)
+    tag = idist.load_checkpoint(tmp_path / "ck", {"model": fresh})["tag"]
+    assert tag % 1000 == SAVES - 1 and torch.equal(fresh.weight, torch.full((16, 16), float(tag)))  # a last save
+    _publish.wait_removals()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]

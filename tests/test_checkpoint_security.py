@@ -17,8 +17,6 @@ import json
 import os
 import pickle
 import random
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -186,9 +184,7 @@ def test_a_users_class_is_refused_then_loads_with_weights_only_false(tmp_path: P
     assert not _unchanged(fresh, before)
 
 
-def test_the_cli_refuses_in_one_line_and_shows_what_it_can(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_cli_refuses_in_one_line_and_shows_what_it_can(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     marker = tmp_path / "pwned"
     _checkpoint(tmp_path / "values")
     _hostile_values(tmp_path / "values", marker)
@@ -256,17 +252,3 @@ def test_torchs_forced_weights_only_mode_still_loads_plain_checkpoints(
     fresh, _ = _checkpoint(tmp_path / "ck")
     monkeypatch.setenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "1")
     assert idist.load_checkpoint(tmp_path / "ck", {"model": fresh})["epoch"] == 3
-
-
-@pytest.mark.slow
-def test_the_real_command_prints_no_traceback(tmp_path: Path) -> None:
-    marker = tmp_path / "pwned"
-    _checkpoint(tmp_path / "ck")
-    _hostile_metadata(tmp_path / "ck", marker)
-    run = subprocess.run(
-        [sys.executable, "-m", "idist", "checkpoint", "info", str(tmp_path / "ck")],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert run.returncode == 1 and "Traceback" not in run.stderr and "checkpoint" in run.stdout
-    assert run.stderr.startswith("idist: error: refused") and run.stderr.count("\n") == 1
-    assert not marker.exists()
