@@ -176,9 +176,9 @@ def publish(staging: Staging) -> None:
     replaced = _swap_in(staging.folder, staging.path, sibling(staging.path, "old", staging.nonce))
     staging.published = True
     removal = threading.Thread(target=_clean_up, args=(staging, replaced), name="idist-checkpoint-removal")
+    removal.start()  # before another thread's wait_removals can see it
     with _removals_lock:
         _removing.append(removal)
-    removal.start()
     _files.fsync_dir(staging.path.parent)
 
 
@@ -223,9 +223,12 @@ def sweep(path: Path, mine: str) -> None:
 def _take(lock_path: Path) -> int | None:
     """The lock of a save that is gone (held open here), None if its file is gone too, -1 if not free."""
     try:
-        fd = os.open(lock_path, os.O_RDWR)
+        fd = os.open(lock_path, os.O_RDWR)  # write access: NFS emulates flock with write locks
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        logger.warning("cannot open %s (%s): the save it belongs to is left in place", lock_path, exc)
+        return -1
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:

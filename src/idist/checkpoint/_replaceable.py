@@ -25,13 +25,15 @@ def _real(path: Path | str) -> Path:
     return Path(os.path.realpath(path))
 
 
-def _script() -> Path | None:
-    """The running script, where there is one (not ``python -c`` or an interactive session)."""
+def _scripts() -> list[Path]:
+    """The running script, as ``__main__`` and ``sys.argv`` name it (none for ``python -c``)."""
     main = sys.modules.get("__main__")
-    for candidate in (sys.argv[0] if sys.argv else "", getattr(main, "__file__", None)):
-        if candidate and os.path.isfile(candidate):
-            return _real(candidate)
-    return None
+    candidates = (getattr(main, "__file__", None), sys.argv[0] if sys.argv else "")
+    return [_real(c) for c in candidates if isinstance(c, str) and c and os.path.isfile(c)]
+
+
+def _plain_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
 
 
 def _names(entries: list[str]) -> str:
@@ -53,8 +55,8 @@ def check(path: Path) -> None:
             f"{path} holds the working folder of this process ({cwd}): a save replaces its folder whole; save "
             "into a folder of its own"
         )
-    script = _script()
-    if script is not None and script.is_relative_to(real):
+    script = next((s for s in _scripts() if s.is_relative_to(real)), None)
+    if script is not None:
         raise CheckpointPathError(
             f"{path} holds the running script {script}: a save replaces its folder whole; save into a folder of its own"
         )
@@ -65,7 +67,7 @@ def check(path: Path) -> None:
     if not path.is_dir():
         raise CheckpointPathError(f"{path} is a file, not a checkpoint folder: {_WAY_OUT}")
     entries = os.listdir(path)
-    foreign = [e for e in entries if not _files.is_checkpoint_file(e) or not (path / e).is_file()]
+    foreign = [e for e in entries if not _files.is_checkpoint_file(e) or not _plain_file(path / e)]
     if foreign:
         raise CheckpointPathError(
             f"{path} is not a checkpoint: it holds {len(foreign)} entries no checkpoint holds "

@@ -122,8 +122,8 @@ def load_values(data: bytes, *, trusted: bool) -> object:
         raise Refused("torch.jit.load (the file is a TorchScript archive, whose loading runs its code)")
     if os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "0").lower() in ("1", "y", "yes", "true"):
         # the user asked for torch's own list everywhere (and torch then refuses any other unpickler)
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True, mmap=False)
-    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False, pickle_module=_PickleModule, mmap=False)
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False, pickle_module=_PickleModule)
 
 
 def load_metadata(data: bytes, *, trusted: bool) -> object:
