@@ -114,6 +114,15 @@ def test_a_hostile_value_inside_dcps_data_file_is_refused(tmp_path: Path) -> Non
     assert not marker.exists() and not (tmp_path / "out.pt").exists()
 
 
+def test_a_plain_pickle_in_place_of_the_values_is_never_unpickled(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    fresh, before = _checkpoint(tmp_path / "ck")
+    (tmp_path / "ck" / "idist-values.pt").write_bytes(pickle.dumps({"values": {"epoch": Evil(marker)}}))
+    with pytest.raises(CheckpointError, match=r"idist-values\.pt cannot be read .*not a file torch\.save writes"):
+        idist.load_checkpoint(tmp_path / "ck", {"model": fresh})  # torch.load would take it as a legacy file
+    assert not marker.exists() and _unchanged(fresh, before)
+
+
 def test_a_torchscript_archive_is_never_handed_to_torch_jit_load(tmp_path: Path) -> None:
     fresh, before = _checkpoint(tmp_path / "ck")
     torch.jit.save(torch.jit.script(nn.Linear(2, 2)), tmp_path / "ck" / "idist-values.pt")

@@ -7,6 +7,7 @@ becomes ``CheckpointUnsafeError`` naming the file, the global and the way out.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -50,6 +51,8 @@ def read_metadata(via: Path, shown: Path, trusted: bool, way_out: str = WAY_OUT)
         raise
     except (OSError, ValueError, TypeError, AttributeError, EOFError, ImportError, IndexError) as exc:
         raise _damaged(shown / _files.DCP_METADATA, exc) from exc
+    except pickle.UnpicklingError as exc:
+        raise _damaged(shown / _files.DCP_METADATA, exc) from exc
 
 
 def read_values(
@@ -66,6 +69,8 @@ def read_values(
     except _unpickle.Refused as exc:
         raise _unpickle.refusal(exc, file, way_out) from None
     except (OSError, ValueError, TypeError, AttributeError, EOFError, ImportError, RuntimeError) as exc:
+        raise _damaged(file, exc) from exc
+    except pickle.UnpicklingError as exc:
         raise _damaged(file, exc) from exc
     if not (isinstance(blob, dict) and isinstance(blob.get("values"), dict) and isinstance(blob.get("stateful"), dict)):
         raise CheckpointError(f"{file} does not hold idist's values and states: the checkpoint is damaged")

@@ -14,7 +14,6 @@ import importlib
 import io
 import os
 import pickle
-import zipfile
 from typing import Any
 
 import torch
@@ -115,10 +114,13 @@ def load_values(data: bytes, *, trusted: bool) -> object:
     if trusted:
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
     try:
-        names = zipfile.ZipFile(io.BytesIO(data)).namelist()
-    except zipfile.BadZipFile as exc:
-        raise pickle.UnpicklingError("not a file torch.save writes (a zip archive)") from exc
-    if any(n == "constants.pkl" or n.endswith("/constants.pkl") for n in names):
+        # the reader torch.load itself opens, so that both see the same records
+        records = torch._C.PyTorchFileReader(io.BytesIO(data)).get_all_records() if data[:4] == b"PK\x03\x04" else None
+    except RuntimeError:
+        records = None
+    if records is None:
+        raise pickle.UnpicklingError("not a file torch.save writes (a zip archive)")
+    if "constants.pkl" in records:  # what torch.load checks before it hands the file to torch.jit.load
         raise Refused("torch.jit.load (the file is a TorchScript archive, whose loading runs its code)")
     if os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "0").lower() in ("1", "y", "yes", "true"):
         # the user asked for torch's own list everywhere (and torch then refuses any other unpickler)
