@@ -95,7 +95,7 @@ def _load(
         try:
             for name, obj in entries.stateful.items():
                 if name in found.stateful:
-                    snapshots[name] = copy.deepcopy(obj.state_dict())
+                    snapshots[name] = _snapshot(obj)
                     obj.load_state_dict(found.stateful[name])
         except Exception as exc:
             error = exc
@@ -119,6 +119,15 @@ def _load(
     if found.plan.skipped:
         logger.warning("load_checkpoint(%s, strict=False) skipped %s", folder, found.plan.skipped.describe())
     return Loaded(found.values, found.plan.skipped)
+
+
+def _snapshot(obj: _state.Stateful) -> Mapping[str, object]:
+    """What puts ``obj`` back: a deep copy of its state dict (the dict itself where it cannot be copied)."""
+    state = obj.state_dict()
+    try:
+        return copy.deepcopy(state)
+    except Exception:
+        return state  # load_state_dict usually rebinds what it loads, so the dict it gave still holds the old state
 
 
 def _step(
