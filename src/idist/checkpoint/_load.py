@@ -32,8 +32,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("idist.checkpoint")
 
 _SEP = "\x1f"
-#: saves named in a mismatch before the rest are counted
+#: saves (and ranks of a save) named in a mismatch before the rest are counted
 _SHOWN = 8
+#: characters of a rank's path it sends for the mismatch message (the end of it)
+_PATH = 200
 _STATEFUL_BACK = "; nothing was changed (stateful objects that had loaded were put back)"
 _TENSORS = (
     "; the modules' parameters and buffers and the optimizers' state may hold part of the checkpoint "
@@ -83,7 +85,8 @@ def _load(
                 f"the state and the checkpoint differ ({found.plan.skipped.describe()}); fix the state, or pass "
                 "strict=False to load what matches"
             )
-        token = _SEP.join((found.token, "1" if found.entries.stateful else "", str(folder)))
+        shown = str(folder) if len(str(folder)) <= _PATH else "..." + str(folder)[-_PATH:]  # O(1) bytes a rank
+        token = _SEP.join((found.token, "1" if found.entries.stateful else "", shown))
     except Exception as exc:
         error = _local(exc, folder, via)
     tokens = settle(ctx, what, error, token)
@@ -159,7 +162,9 @@ def _same_save(what: str, tokens: list[str]) -> None:
         return
     parts = []
     for nonce, ranks in list(saves.items())[:_SHOWN]:
-        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+        rest = f" and {len(ranks) - _SHOWN} more" if len(ranks) > _SHOWN else ""
+        listed = ", ".join(map(str, ranks[:_SHOWN])) + rest
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {listed}"
         parts.append(f"{who} read save {nonce[:12]} at {tokens[ranks[0]].split(_SEP)[2]}")
     more = f"; and {len(saves) - _SHOWN} more saves" if len(saves) > _SHOWN else ""
     raise CheckpointMismatchError(
