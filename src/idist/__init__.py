@@ -40,6 +40,7 @@ from ._errors import (
     CheckpointNotFoundError,
     CheckpointPathError,
     CheckpointStateError,
+    CheckpointUnsafeError,
     CollectiveInputError,
     CollectiveMismatchError,
     CollectiveTimeoutError,
@@ -121,7 +122,8 @@ __all__ = [
     "Parallel", "SpawnHandle", "spawn",
     # errors
     "AlreadyInitializedError", "BackendUnavailableError", "CheckpointError", "CheckpointMismatchError",
-    "CheckpointNotFoundError", "CheckpointPathError", "CheckpointStateError", "CollectiveInputError",
+    "CheckpointNotFoundError", "CheckpointPathError", "CheckpointStateError", "CheckpointUnsafeError",
+    "CollectiveInputError",
     "CollectiveMismatchError", "CollectiveTimeoutError", "ContextClosedError", "GroupBrokenError", "IdistError",
     "LaunchConfigError", "LaunchEnvironmentError", "LaunchError", "LeaderFailedError", "PeerLostError",
     "ReduceOverflowError", "RendezvousTimeoutError", "TrainingSetupError",

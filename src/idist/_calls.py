@@ -133,9 +133,14 @@ def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, object]) -
     current().save_checkpoint(path, state)
 
 
-def load_checkpoint(path: str | os.PathLike[str], state: Mapping[str, object], *, strict: bool = True) -> Loaded:
-    """``current().load_checkpoint(path, state, strict=strict)``: fills modules and optimizers, returns plain values."""
-    return current().load_checkpoint(path, state, strict=strict)
+def load_checkpoint(
+    path: str | os.PathLike[str], state: Mapping[str, object], *, strict: bool = True, weights_only: bool = True
+) -> Loaded:
+    """``current().load_checkpoint(path, state, ...)``: fills modules and optimizers, returns plain values.
+
+    ``weights_only=False`` unpickles anything: only for checkpoints you trust.
+    """
+    return current().load_checkpoint(path, state, strict=strict, weights_only=weights_only)
 
 
 def auto_optim(optimizer: OptimizerT, **kwargs: Unpack[OptimOptions]) -> OptimizerT:

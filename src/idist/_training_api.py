@@ -156,23 +156,29 @@ class TrainingMethods(ContextCore[CommT]):
         load them; plain values (pickled) and ``state_dict()`` of other stateful objects are
         written beside by rank 0. The folder is published by one rename after every rank has
         written: if any rank fails, every rank raises (``CheckpointError``) and the checkpoint
-        already at ``path`` stays whole. A path not every rank sees raises ``CheckpointPathError``
-        before any data is written.
+        already at ``path`` stays whole. A save replaces only a checkpoint: anything else at
+        ``path`` (the user's files, the working folder), or a path not every rank sees, raises
+        ``CheckpointPathError`` before any data is written.
         """
         from .checkpoint import _save  # slow: torch.distributed.checkpoint adds ~1 s to every import
 
         _save.save(self._context, path, state)
 
-    def load_checkpoint(self, path: PathArg, state: Mapping[str, object], *, strict: bool = True) -> Loaded:
+    def load_checkpoint(
+        self, path: PathArg, state: Mapping[str, object], *, strict: bool = True, weights_only: bool = True
+    ) -> Loaded:
         """Load the checkpoint at ``path`` into ``state``'s modules and optimizers; return its plain values.
 
-        Every rank calls it. Keys and shapes are compared first: with ``strict`` any missing or
-        unexpected key or shape that does not fit raises ``CheckpointMismatchError`` on every
-        rank, listing them, and nothing changes; ``strict=False`` loads what matches and lists
-        the rest in the result's ``skipped``. Stateful objects get ``load_state_dict``; plain
-        values of a mutable ``state`` are replaced. No checkpoint at ``path``:
-        ``CheckpointNotFoundError`` (a ``FileNotFoundError``) on every rank.
+        Every rank calls it, and every rank must read the same save (else
+        ``CheckpointMismatchError``). Keys and shapes are compared first: with ``strict`` any
+        missing or unexpected key or shape that does not fit raises ``CheckpointMismatchError``
+        on every rank, listing them, and nothing changes; ``strict=False`` loads what matches
+        and lists the rest in the result's ``skipped``. Stateful objects get
+        ``load_state_dict``; plain values of a mutable ``state`` are replaced. No checkpoint at
+        ``path``: ``CheckpointNotFoundError`` (a ``FileNotFoundError``) on every rank.
+        Pickled files admit only common values (``weights_only=True``; anything else raises
+        ``CheckpointUnsafeError``); ``weights_only=False`` is only for checkpoints you trust.
         """
         from .checkpoint import _load  # slow: torch.distributed.checkpoint adds ~1 s to every import
 
-        return _load.load(self._context, path, state, strict)
+        return _load.load(self._context, path, state, strict, weights_only)
