@@ -22,7 +22,7 @@ def module_collectives_take_tensor(t: torch.Tensor, maybe: float | None) -> None
     assert_type(idist.all_gather(tensor="s"), list[str])
     assert_type(idist.all_gather(tensor=Path("p"), group=[0]), list[Path])
     assert_type(idist.broadcast(tensor=t, src=0), torch.Tensor)
-    assert_type(idist.broadcast(tensor=maybe, src=1, safe_mode=True), float)
+    assert_type(idist.broadcast(tensor=maybe, src=1, safe_mode=True), float | None)
     idist.all_reduce(tensor="text")  # type: ignore[call-overload]
     idist.all_reduce(tensor=t, op="sum")  # type: ignore[call-overload]
 

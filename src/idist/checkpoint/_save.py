@@ -52,7 +52,7 @@ def save(ctx: DistContext, path: str | os.PathLike[str], state: Mapping[str, obj
     what = f"saving checkpoint {target}"
     lead = ctx.rank == 0
     _files.wait_removals()  # a replaced checkpoint of an earlier save may still hold the staging name
-    nonce: str = ctx.broadcast(secrets.token_hex(16) if lead else None, 0)
+    nonce = ctx.broadcast(secrets.token_hex(16) if lead else "", 0)  # the others pass a placeholder: a str
     group = ctx._dcp_group()
     tmp = _files.staging(target)
     error: Failure = None
