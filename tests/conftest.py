@@ -33,6 +33,7 @@ SLOW_MODULES = {
     "test_torchrun.py",
     "test_training_examples.py",
     "test_training_gloo.py",
+    "test_typing_user.py",
 }
 # In modules that are mostly in-process: the tests that start processes (a prefix of
 # "module.py::test_name", so every parametrization is covered).

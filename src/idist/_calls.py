@@ -16,7 +16,6 @@ from . import _rank_only
 from ._group import Group
 from ._stack import current
 from ._types import (
-    BOOL_OPS_HINT,
     BoolReduceOp,
     BoolRefusedOp,
     FloatReduceOp,
@@ -53,7 +52,10 @@ def all_reduce(tensor: TensorT, op: ReduceOp = "SUM", group: GroupArg = None) ->
 @overload
 def all_reduce(tensor: bool, op: BoolReduceOp, group: GroupArg = None) -> bool: ...
 @overload
-@deprecated(BOOL_OPS_HINT)
+@deprecated(
+    "all_reduce of a bool takes op AND, OR, MIN or MAX (SUM, PRODUCT and AVERAGE raise "
+    "UnsupportedOpError); to count the True values, reduce int(flag)"
+)
 def all_reduce(tensor: bool, op: BoolRefusedOp = "SUM", group: GroupArg = None) -> bool: ...
 @overload
 def all_reduce(tensor: int, op: IntReduceOp = "SUM", group: GroupArg = None) -> int: ...

@@ -181,14 +181,16 @@ def broadcast(ctx: DistContext[CommT], comm: CommT, x: object, src: int) -> obje
     if seen is not None:
         ctx._broadcast_tensor(target, gsrc, comm)
     elif not me:
-        target.copy_(_codec.decode_tensor(buf))
+        with torch.no_grad():  # a Parameter receives in place, as torch.distributed.broadcast fills it
+            target.copy_(_codec.decode_tensor(buf))
     return target
 
 
 def _received(x: object, data: torch.Tensor) -> torch.Tensor:
     """A receiver's result when the data landed in a new tensor: into ``x`` if it has the shape."""
     if isinstance(x, torch.Tensor) and _speculative.fits(x, (tuple(data.shape), data.dtype)):
-        return x.copy_(data)
+        with torch.no_grad():
+            return x.copy_(data)
     return data
 
 

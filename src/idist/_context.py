@@ -22,7 +22,6 @@ from ._group import Group, check_ranks
 from ._log import visible_logger
 from ._training_api import TrainingMethods
 from ._types import (
-    BOOL_OPS_HINT,
     BoolReduceOp,
     BoolRefusedOp,
     FloatReduceOp,
@@ -135,7 +134,10 @@ class DistContext(TrainingMethods[CommT_co]):
     @overload
     def all_reduce(self, tensor: bool, op: BoolReduceOp, group: GroupArg = None) -> bool: ...
     @overload
-    @deprecated(BOOL_OPS_HINT)
+    @deprecated(
+        "all_reduce of a bool takes op AND, OR, MIN or MAX (SUM, PRODUCT and AVERAGE raise "
+        "UnsupportedOpError); to count the True values, reduce int(flag)"
+    )
     def all_reduce(self, tensor: bool, op: BoolRefusedOp = "SUM", group: GroupArg = None) -> bool: ...
     @overload
     def all_reduce(self, tensor: int, op: IntReduceOp = "SUM", group: GroupArg = None) -> int: ...

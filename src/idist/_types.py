@@ -29,15 +29,9 @@ HorovodReduceOp: TypeAlias = Literal["SUM", "PRODUCT", "MIN", "MAX", "AVERAGE", 
 FloatReduceOp: TypeAlias = Literal["SUM", "PRODUCT", "MIN", "MAX", "AVERAGE"]
 IntReduceOp: TypeAlias = Literal["SUM", "PRODUCT", "MIN", "MAX", "AND", "OR"]
 BoolReduceOp: TypeAlias = Literal["AND", "OR", "MIN", "MAX"]
-#: what a bool is refused: a bool is an int to a type checker, so an overload marked deprecated
-#: with this message flags these (an error in pyright strict, and in mypy with ``deprecated`` on)
+#: what a bool is refused: a bool is an int to a type checker, so an overload marked deprecated flags
+#: these (an error in pyright strict, and in mypy with the ``deprecated`` error code on)
 BoolRefusedOp: TypeAlias = Literal["SUM", "PRODUCT", "AVERAGE"]
-BOOL_OPS_HINT = (
-    "all_reduce of a bool takes op AND, OR, MIN or MAX, and raises UnsupportedOpError for SUM, PRODUCT "
-    "and AVERAGE: to count the ranks where it is True, reduce int(flag) with SUM"
-)
-
-
 #: ``broadcast``'s receiver that passes None: a TypeVar bound to None rather than plain None, because
 #: mypy's overload rule for a plain None beside a TypeVar makes ``X | None`` come back as ``X | Any``
 NoneT = TypeVar("NoneT", bound="None")

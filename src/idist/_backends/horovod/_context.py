@@ -19,7 +19,6 @@ from ..._context import DistContext
 from ..._errors import CollectiveInputError, TrainingSetupError, UnsupportedOpError
 from ..._group import Group, check_ranks
 from ..._types import (
-    BOOL_OPS_HINT,
     COMMON_OPS,
     BoolReduceOp,
     BoolRefusedOp,
@@ -185,7 +184,10 @@ class HorovodContext(DistContext[HorovodComm]):
     @overload
     def all_reduce(self, tensor: bool, op: BoolReduceOp, group: GroupArg = None) -> bool: ...
     @overload
-    @deprecated(BOOL_OPS_HINT)
+    @deprecated(
+        "all_reduce of a bool takes op AND, OR, MIN or MAX (SUM, PRODUCT and AVERAGE raise "
+        "UnsupportedOpError); to count the True values, reduce int(flag)"
+    )
     def all_reduce(self, tensor: bool, op: BoolRefusedOp = "SUM", group: GroupArg = None) -> bool: ...
     @overload
     def all_reduce(self, tensor: int, op: IntReduceOp = "SUM", group: GroupArg = None) -> int: ...
