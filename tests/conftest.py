@@ -21,6 +21,7 @@ SLOW_MODULES = {
     "test_bad_input_gloo.py",
     "test_checkpoint_gloo.py",
     "test_collectives_gloo.py",
+    "test_docs_types.py",
     "test_exit_broken.py",
     "test_failures.py",
     "test_ignite_compat.py",
