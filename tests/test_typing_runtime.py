@@ -159,3 +159,24 @@ def test_a_parameter_receives_a_broadcast_in_place(numel: int) -> None:
         return got is p and p.requires_grad, float(p.sum())
 
     assert simulate(2, receive) == [(True, 0.0), (True, 0.0)]
+
+
+def test_set_local_rank_refuses_a_bool() -> None:
+    with pytest.raises(idist.LaunchConfigError):
+        program("reject_setup_options").local_rank_flag()
+
+
+def test_the_typed_names_are_the_runtimes() -> None:
+    """The Literal types the overloads use list what the runtime takes: its op tables, its backends."""
+    from typing import get_args
+
+    from idist import _backends, _reduce, _types
+    from idist.launch import _plan
+
+    assert get_args(_types.FloatReduceOp) == _reduce.FLOAT_OPS
+    assert get_args(_types.IntReduceOp) == _reduce.INT_OPS
+    assert set(get_args(_types.BoolReduceOp)) == set(_reduce.BOOL_OPS)
+    assert set(get_args(_types.BoolRefusedOp)) == set(_types.COMMON_OPS) - set(_reduce.BOOL_OPS)
+    assert get_args(_types.BackendName) == tuple(_backends.BACKENDS)
+    assert get_args(_types.SpawnedNative) == _plan.NATIVE_SPAWNABLE
+    assert (*get_args(_types.HorovodBackend), *get_args(_types.XlaBackend)) == _plan.DRIVEN_SPAWNABLE

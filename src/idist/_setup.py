@@ -7,7 +7,7 @@ from contextlib import AbstractContextManager
 from typing import cast, final, overload
 
 import torch
-from typing_extensions import Unpack
+from typing_extensions import Unpack, deprecated
 
 from . import _backends, _stack
 from ._backends.horovod import HorovodContext
@@ -159,6 +159,11 @@ def hostname() -> str:
     return socket.gethostname()
 
 
+@overload
+@deprecated("set_local_rank takes an int >= 0: a bool raises LaunchConfigError")
+def set_local_rank(index: bool) -> None: ...
+@overload
+def set_local_rank(index: int) -> None: ...
 def set_local_rank(index: int) -> None:
     """ignite's hint: this process's local rank when idist adopts a torch.distributed group
     you initialized and no launcher variable (``LOCAL_RANK``...) says it.

@@ -58,7 +58,7 @@ def ignite_names(t: torch.Tensor, weights: list[float]) -> None:
     assert_type(idist.all_gather_tensors_with_shapes(tensor=t, shapes=[[1]]), list[torch.Tensor])
     idist.set_local_rank(0)
     idist.set_local_rank(index=1)
-    idist.set_local_rank("0")  # type: ignore[arg-type]
+    idist.set_local_rank("0")  # type: ignore[call-overload]
     g = idist.new_group([0, 1])
     assert_type(g, Group)
     assert_type(g.rank(), int)

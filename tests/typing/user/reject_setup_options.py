@@ -22,6 +22,11 @@ def timeout_with_a_str(name: str) -> None:
     idist.initialize(name, timeout=5.0)
 
 
+def local_rank_flag() -> None:
+    # rejected: mypy[deprecated] pyright[reportDeprecated]
+    idist.set_local_rank(True)
+
+
 def serial_takes_none() -> None:
     # rejected: mypy[call-overload] pyright[reportArgumentType]
     idist.initialize("serial", liveness=1.0)
