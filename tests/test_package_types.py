@@ -35,7 +35,8 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 900) -> None:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(the wheel, the python of a fresh venv that has it installed)."""
     work = tmp_path_factory.mktemp("package")
-    _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(work / "dist"), str(ROOT)], cwd=work)
+    # the sdist, then the wheel from it (as check-package.sh): a build/ left in the checkout cannot leak in
+    _run([sys.executable, "-m", "build", "--outdir", str(work / "dist"), str(ROOT)], cwd=work)
     (wheel,) = (work / "dist").glob("idist-*.whl")
     if shutil.which(BASE_PYTHON) is None:
         pytest.skip(f"{BASE_PYTHON} is not here to make a fresh venv from")
