@@ -21,6 +21,11 @@ def flags(ctx: idist.DistContext) -> tuple[bool, int, float, float]:
     return anyone, count, mean, largest
 
 
+def op_in_a_variable(ctx: idist.DistContext, op: idist.FloatReduceOp, any_op: idist.ReduceOp) -> None:
+    reveal_type(ctx.all_reduce(1.5, op))  # revealed: float
+    reveal_type(ctx.all_reduce(torch.ones(1), any_op))  # revealed: Tensor
+
+
 def tensors(ctx: idist.DistContext, t: torch.Tensor) -> torch.Tensor:
     reveal_type(ctx.all_reduce(t.float(), "AVERAGE"))  # revealed: Tensor
     return ctx.all_reduce(t, "AND")  # a tensor's dtype decides when it runs

@@ -25,6 +25,11 @@ def float_and(ctx: idist.DistContext) -> None:
     ctx.all_reduce(1.5, "AND")
 
 
+def a_tensor_op_for_a_float(ctx: idist.DistContext, op: idist.ReduceOp) -> None:
+    # rejected: mypy[arg-type] pyright[reportCallIssue,reportArgumentType]
+    ctx.all_reduce(1.5, op)
+
+
 def module_int_average() -> None:
     # rejected: mypy[call-overload] pyright[reportCallIssue,reportArgumentType]
     idist.all_reduce(3, op="AVERAGE")
