@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from torch.optim import Optimizer
 
     from .training import AutoDataLoader
+    from .training._feed import Feed
     from .training._options import OptimOptions
 
 T = TypeVar("T")
@@ -46,7 +47,7 @@ CommT_co = DefaultTypeVar("CommT_co", bound=Comm, default=Comm, covariant=True)
 
 @attrs.define(eq=False)
 class ContextState(Generic[CommT]):
-    """The only mutable part of a context: lifecycle and comms (with their caches)."""
+    """The only mutable part of a context: lifecycle, comms (with their caches), the training feed."""
 
     world: CommT
     #: comms of subgroups given as global ranks (a list, a ``Group``), by their rank tuple
@@ -55,6 +56,8 @@ class ContextState(Generic[CommT]):
     #: itself, never by its ``id()``, which a later group may reuse once this one is gone
     group_comms: weakref.WeakKeyDictionary[object, CommT | None] = attrs.Factory(weakref.WeakKeyDictionary)
     on_close: list[Callable[[], None]] = attrs.Factory(list)
+    #: the weight and place of the batch this rank's loaders yielded last (training/_feed.py)
+    feed: Feed | None = None
     closed: bool = False
     #: set by the context that owns this state; a second one (``attrs.evolve``) is refused
     owned: bool = False

@@ -27,13 +27,7 @@ def wrap_ddp(ctx: NativeContext, model: nn.Module, sync_bn: bool, kwargs: dict[s
     """DistributedDataParallel over ``ctx``'s process group (world size > 1), else one process."""
     if ctx.world_size == 1:
         return wrap_single_process(ctx, model, sync_bn, kwargs)
-    for key in ("device_ids", "output_device"):
-        if key in kwargs:
-            where = f"[{ctx.device.index}] from the context's device" if ctx.device.type == "cuda" else "None on CPU"
-            raise TrainingSetupError(
-                f"auto_model sets {key} itself ({where}); drop {key}={kwargs[key]!r} and pick the device "
-                "through the launcher (LOCAL_RANK)"
-            )
+    # device_ids / output_device: checked against the context's device and dropped by auto_model
     group = kwargs.pop("process_group", None) or torch_group(ctx)
     if sync_bn:
         model = sync_batchnorm(ctx, model, group)

@@ -55,8 +55,6 @@ def shard(ctx: NativeContext, model: nn.Module, sync_bn: bool, kwargs: dict[str,
             "state, which simulated ranks in threads share. Test FSDP code with idist.testing's process runner "
             "or idist.spawn"
         )
-    if "mesh" in kwargs:
-        raise TrainingSetupError("auto_model builds the device mesh from the context's process group; drop mesh=")
     policy = kwargs.pop("shard_modules", None)
     if sync_bn:
         model = sync_batchnorm(ctx, model, group)
