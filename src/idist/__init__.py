@@ -87,9 +87,12 @@ from ._stack import current, finalize, use
 from ._topology import Topology
 from ._types import (
     BackendName,
+    BoolReduceOp,
+    FloatReduceOp,
     GroupArg,
     HorovodBackend,
     HorovodReduceOp,
+    IntReduceOp,
     ModelName,
     NativeBackend,
     ReduceOp,
@@ -129,6 +132,6 @@ __all__ = [
     "ReduceOverflowError", "RendezvousTimeoutError", "TrainingSetupError",
     "UnknownBackendError", "UnsupportedOpError", "UnsupportedSamplerError", "UnsupportedValueError",
     # type aliases
-    "BackendName", "GroupArg", "HorovodBackend", "HorovodReduceOp", "ModelName", "NativeBackend",
-    "ReduceOp", "SerialBackend", "Strategy", "XlaBackend",
+    "BackendName", "BoolReduceOp", "FloatReduceOp", "GroupArg", "HorovodBackend", "HorovodReduceOp",
+    "IntReduceOp", "ModelName", "NativeBackend", "ReduceOp", "SerialBackend", "Strategy", "XlaBackend",
 ]  # fmt: skip

@@ -34,7 +34,8 @@ def save(ctx: DistContext, path: str | os.PathLike[str], state: Mapping[str, obj
     what = f"saving checkpoint {target}"
     lead = ctx.rank == 0
     _publish.wait_removals()  # at most one removal of replaced checkpoints at a time, per process
-    said: str = ctx.broadcast(f"{secrets.token_hex(16)}\n{target}" if lead else None, 0)
+    # the others pass a placeholder of the same type: a str
+    said = ctx.broadcast(f"{secrets.token_hex(16)}\n{target}" if lead else "", 0)
     nonce, _, lead_path = said.partition("\n")
     group = ctx._dcp_group()
     tmp = _publish.staged_folder(target, nonce)

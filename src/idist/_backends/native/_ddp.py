@@ -57,8 +57,9 @@ def sync_batchnorm(ctx: NativeContext, model: nn.Module, group: dist.ProcessGrou
 
 
 def torch_group(ctx: NativeContext) -> dist.ProcessGroup:
-    """The torch ``ProcessGroup`` DDP needs: the context's own, or one built around its raw gloo group."""
-    pg = ctx.process_group
+    """``ctx.process_group``: the context's own torch ``ProcessGroup``, or one built around its raw gloo
+    group (simulated ranks), which DDP and torch.distributed's functions take."""
+    pg = ctx._state.world.pg
     if isinstance(pg, dist.ProcessGroup):
         return pg
     world = ctx._state.world
@@ -67,7 +68,7 @@ def torch_group(ctx: NativeContext) -> dist.ProcessGroup:
         store = ctx._store
         if store is None:
             raise TrainingSetupError(
-                "this context has no store to build a torch ProcessGroup for DDP; create it with idist.initialize"
+                "this context has no store to build a torch ProcessGroup over; create it with idist.initialize"
             )
         prefix = PrefixStore("idist/ddp", store)
         group = dist.ProcessGroup(prefix, ctx.rank, ctx.world_size)

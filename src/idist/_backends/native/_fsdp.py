@@ -48,7 +48,7 @@ def shard(ctx: NativeContext, model: nn.Module, sync_bn: bool, kwargs: dict[str,
     """``fully_shard`` by the policy over the context's group; a world of one keeps the model whole."""
     if ctx.world_size == 1:
         return whole(ctx, model, kwargs)
-    group = ctx.process_group
+    group = ctx._state.world.pg  # not ctx.process_group, which wraps a simulated rank's gloo group
     if not isinstance(group, dist.ProcessGroup):
         raise TrainingSetupError(
             "auto_model(strategy='fsdp') needs one process per rank: torch's sharded tensors keep process-wide "
