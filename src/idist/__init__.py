@@ -53,6 +53,7 @@ from ._errors import (
     PeerLostError,
     ReduceOverflowError,
     RendezvousTimeoutError,
+    ThreadContextError,
     TrainingSetupError,
     UnknownBackendError,
     UnsupportedOpError,
@@ -124,7 +125,7 @@ __all__ = [
     "CheckpointNotFoundError", "CheckpointPathError", "CheckpointStateError", "CollectiveInputError",
     "CollectiveMismatchError", "CollectiveTimeoutError", "ContextClosedError", "GroupBrokenError", "IdistError",
     "LaunchConfigError", "LaunchEnvironmentError", "LaunchError", "LeaderFailedError", "PeerLostError",
-    "ReduceOverflowError", "RendezvousTimeoutError", "TrainingSetupError",
+    "ReduceOverflowError", "RendezvousTimeoutError", "ThreadContextError", "TrainingSetupError",
     "UnknownBackendError", "UnsupportedOpError", "UnsupportedSamplerError", "UnsupportedValueError",
     # type aliases
     "BackendName", "GroupArg", "HorovodBackend", "HorovodReduceOp", "ModelName", "NativeBackend",
