@@ -18,11 +18,13 @@ def _describe(exc: BaseException) -> str:
 
 
 class RankFailedError(IdistError, RuntimeError):
-    """A rank's function raised. The original exception is ``__cause__`` (and ``exception``).
+    """A rank's function raised. ``rank`` is the rank whose own exception started the failure
+    (the lowest, when every rank raised the same); that exception is ``__cause__`` (and
+    ``exception``).
 
-    ``failures`` maps every rank that failed in the run to its exception, in the order the
-    failures happened: the first one is the cause, later ones are often its consequence
-    (a peer blocked in a collective sees the failed rank's connection close).
+    ``failures`` maps every rank that failed in the run to its exception, in the order they
+    were reported; besides ``rank``'s, they are usually its consequences (a peer waiting in a
+    collective raises ``GroupBrokenError``, a follower ``LeaderFailedError``).
     """
 
     def __init__(self, rank: int, world_size: int, failures: Mapping[int, BaseException]) -> None:
