@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import resource
 import threading
 import time
 from typing import Any
@@ -342,11 +343,54 @@ def test_a_world_the_system_cannot_start_fails_cleanly(monkeypatch: pytest.Monke
     assert ran == []
 
 
-def test_bigger_worlds_run_without_a_socket_per_pair() -> None:
-    def probe(ctx: DistContext) -> tuple[int, list[int]]:
-        sub = ctx.all_reduce(1, group=list(range(0, ctx.world_size, 2)))
-        return ctx.all_reduce(ctx.rank), [sub, len(ctx.all_gather(ctx.rank))]
+def _many(ctx: DistContext) -> tuple[int, int, int]:
+    evens = ctx.all_reduce(1, group=list(range(0, ctx.world_size, 2)))
+    return ctx.all_reduce(ctx.rank), evens, len(ctx.all_gather(ctx.rank))
 
-    n = 64
-    got = simulate(n, probe, checked=True)
-    assert got == [(n * (n - 1) // 2, [n // 2 if r % 2 == 0 else 1, n]) for r in range(n)]
+
+def test_256_ranks_run_in_one_process_under_ulimit_n_1024() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))  # the common default
+    try:
+        n = 256
+        got = simulate(n, _many)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert got == [(n * (n - 1) // 2, n // 2 if r % 2 == 0 else 1, n) for r in range(n)]
+
+
+# ------------------------------------------------------------ the pytest plugin
+@pytest.mark.simulated_world(3, 5, False)
+def test_the_marker_takes_its_arguments_by_position(simulated_world: SimulatedWorld) -> None:
+    assert (simulated_world.world_size, simulated_world.timeout, simulated_world.checked) == (3, 5.0, False)
+    assert simulated_world.run(lambda ctx: ctx.checked) == [False] * 3
+
+
+@pytest.mark.simulated_world(world_size=2, share_args=True)
+def test_the_marker_takes_share_args(simulated_world: SimulatedWorld) -> None:
+    items: list[int] = []
+    assert simulated_world.run(_append, items) == [2, 2] and simulated_world.share_args
+
+
+@pytest.mark.parametrize(
+    ("mark", "says"),
+    [
+        (pytest.mark.simulated_world(size=4), "size"),
+        (pytest.mark.simulated_world(2, 5, False, True), "positional"),
+        (pytest.mark.simulated_world(checked="no"), "checked must be True or False"),
+        (pytest.mark.simulated_world(2, timeout=0), "timeout"),
+        (pytest.mark.simulated_world(0), "world_size"),
+    ],
+)
+def test_a_marker_the_fixture_cannot_honour_is_a_usage_error(mark: pytest.MarkDecorator, says: str) -> None:
+    from idist.testing.pytest_plugin import _options
+
+    class Node:
+        def get_closest_marker(self, name: str) -> pytest.Mark:
+            return mark.mark
+
+    class Request:
+        node = Node()
+
+    with pytest.raises(pytest.UsageError, match=says):
+        _options(Request())  # type: ignore[arg-type]

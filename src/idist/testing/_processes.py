@@ -11,6 +11,7 @@ whole pool (its peers may be stuck in a collective); the next run starts a fresh
 from __future__ import annotations
 
 import datetime
+import math
 import multiprocessing
 import multiprocessing.connection as mpc
 import pickle
@@ -38,8 +39,13 @@ FAILURE_GRACE = 3.0
 START_TIMEOUT = 180.0
 
 
+#: what a group's timeout is for a world without one (``timeout=math.inf``): longer than any test
+LONGEST = 10 * 365 * 86400.0
+
+
 def _worker(rank: int, world_size: int, conn: mpc.Connection, timeout: float, checked: bool) -> None:
     """A pool process: join the group, then run jobs until told to stop."""
+    timeout = min(timeout, LONGEST)
     td = datetime.timedelta(seconds=max(timeout, START_TIMEOUT))
     try:
         if rank == 0:
@@ -137,7 +143,7 @@ class ProcessWorld(BaseWorld):
                 # rank is stuck in a collective and the pool can stay
                 until = deadline if not out.failures else min(deadline, time.monotonic() + FAILURE_GRACE)
                 left = until - time.monotonic()
-                ready = mpc.wait(list(waiting), timeout=left) if left > 0 else []
+                ready = mpc.wait(list(waiting), timeout=None if math.isinf(left) else left) if left > 0 else []
                 if not ready:
                     break
                 for got in ready:

@@ -24,7 +24,7 @@ from ._outcomes import is_consequence
 from ._transport import Hub
 
 #: seconds, all together, that threads still running at interpreter exit get to end
-EXIT_GRACE = 2.0
+EXIT_GRACE = 1.0
 
 
 class Abandoned(BaseException):

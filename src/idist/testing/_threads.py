@@ -33,6 +33,7 @@ from .._errors import LaunchConfigError, UnsupportedValueError
 from . import _inherit
 from ._jobs import BaseWorld
 from ._outcomes import Outcomes
+from ._processes import LONGEST
 from ._rank import Rank, Report, abandon
 from ._state import ProcessState
 from ._transport import Hub
@@ -54,7 +55,7 @@ _worlds = itertools.count()
 
 
 def _timedelta(seconds: float) -> datetime.timedelta:
-    return datetime.timedelta(seconds=min(seconds, 10 * 365 * 86400.0))  # math.inf: longer than any test
+    return datetime.timedelta(seconds=min(seconds, LONGEST))
 
 
 @final
@@ -192,7 +193,13 @@ class SimulatedWorld(BaseWorld):
             timed_out = not out.failures
             self._abandon(f"the simulated run timed out after {self.timeout:g}s" if timed_out else "a rank failed")
             if timed_out:
-                raise out.timeout_error(self.timeout)
+                error = out.timeout_error(self.timeout)
+                if self.share_args:
+                    error.add_note(
+                        "the ranks share their arguments (share_args=True): one model stepped by two ranks "
+                        "can leave both waiting for each other inside DDP; give each rank its own copy"
+                    )
+                raise error
         return out
 
     def _stop(self, wait: float) -> None:
