@@ -181,6 +181,22 @@ def test_a_ddp_step_on_a_passed_model_is_the_averaged_step_on_every_rank() -> No
     assert [p.item() for p in model.parameters()] == [1.0, 0.0]
 
 
+def _copied(ctx: DistContext, base: torch.Tensor, view: torch.Tensor, args: dict[str, Any]) -> list[object]:
+    view[0] = 10.0 + ctx.rank  # a view of base in the caller is one in each rank's copy too
+    leaf, param, graded = args["leaf"], args["param"], args["graded"]
+    return [base[1].item(), leaf.requires_grad, leaf.is_leaf, type(param).__name__, graded.grad.tolist()]
+
+
+def test_each_copy_is_what_deepcopy_makes_of_the_arguments() -> None:
+    base = torch.zeros(3)
+    graded = torch.ones(2, requires_grad=True)
+    graded.grad = torch.full((2,), 5.0)
+    args = {"leaf": torch.ones(2, requires_grad=True), "param": torch.nn.Parameter(torch.ones(2)), "graded": graded}
+    got = simulate(2, _copied, base, base[1:], args)
+    assert got == [[10.0, True, True, "Parameter", [5.0, 5.0]], [11.0, True, True, "Parameter", [5.0, 5.0]]]
+    assert base.tolist() == [0.0, 0.0, 0.0]
+
+
 def test_arguments_that_cannot_be_copied_raise_before_any_rank_runs() -> None:
     ran: list[int] = []
     with pytest.raises(idist.UnsupportedValueError, match="share_args=True"):

@@ -14,7 +14,6 @@ whenever a group failed or a context broke, whether or not the run returned norm
 
 from __future__ import annotations
 
-import copy
 import datetime
 import itertools
 import math
@@ -29,8 +28,9 @@ from typing_extensions import TypeVarTuple, Unpack
 
 from .. import _stack
 from .._backends.native import NativeContext
-from .._errors import LaunchConfigError, UnsupportedValueError
+from .._errors import LaunchConfigError
 from . import _inherit
+from ._args import per_rank
 from ._jobs import BaseWorld
 from ._outcomes import Outcomes
 from ._processes import LONGEST
@@ -133,19 +133,8 @@ class SimulatedWorld(BaseWorld):
             or any(not t.is_alive() or t.ctx.closed or t.ctx._broken() is not None for t in self._ranks)
         )
 
-    def _copies(self, args: tuple[object, ...]) -> list[tuple[object, ...]]:
-        if self.share_args:
-            return [args] * self.world_size
-        try:
-            return [copy.deepcopy(args) for _ in range(self.world_size)]
-        except Exception as exc:
-            raise UnsupportedValueError(
-                f"the arguments cannot be copied for each rank ({type(exc).__name__}: {exc}); create that object "
-                "inside the function, or pass share_args=True to give every rank the same objects (docs/testing.md)"
-            ) from exc
-
     def _run(self, fn: Callable[..., R], args: tuple[object, ...]) -> list[R]:
-        copies = self._copies(args)
+        copies = per_rank(args, self.world_size, self.share_args)
         if self._spoiled():
             self._stop(wait=5.0)
             self._start()
