@@ -182,3 +182,21 @@ def test_a_shared_generator_is_documented_and_a_generator_per_rank_is_reproducib
     assert simulate(2, draw) == expected
     text = (Path(__file__).parents[1] / "docs" / "testing.md").read_text()
     assert "torch.manual_seed" in text and "ProcessWorld" in text
+
+
+def test_outside_a_run_threads_see_what_they_saw_and_the_hooks_go_with_the_last_world() -> None:
+    from idist.testing import SimulatedWorld
+
+    start, submit = threading.Thread.start, ThreadPoolExecutor.submit
+    seen: list[object] = []
+    with SimulatedWorld(2) as world:
+        assert world.run(lambda ctx: ctx.rank) == [0, 1]
+        # the world exists but runs nothing: a thread of the test sees the process's context
+        t = threading.Thread(target=lambda: seen.append(idist.current()))
+        t.start()
+        t.join()
+        with idist.context("serial") as outer:
+            assert world.run(lambda ctx: idist.current() is ctx) == [True, True]
+            assert idist.current() is outer
+    assert isinstance(seen[0], idist.SerialContext)
+    assert (threading.Thread.start, ThreadPoolExecutor.submit) == (start, submit)
