@@ -21,6 +21,7 @@ SLOW_MODULES = {
     "test_bad_input_gloo.py",
     "test_checkpoint_gloo.py",
     "test_collectives_gloo.py",
+    "test_docs_types.py",
     "test_exit_broken.py",
     "test_failures.py",
     "test_ignite_compat.py",
@@ -28,11 +29,13 @@ SLOW_MODULES = {
     "test_launch_examples.py",
     "test_launch_parallel.py",
     "test_launch_spawn.py",
+    "test_package_types.py",
     "test_launchers_real.py",
     "test_native_groups.py",
     "test_torchrun.py",
     "test_training_examples.py",
     "test_training_gloo.py",
+    "test_typing_user.py",
     "test_testing_exit.py",
 }
 # In modules that are mostly in-process: the tests that start processes (a prefix of

@@ -8,6 +8,8 @@ every rank raises the same class with the same text.
 
 from __future__ import annotations
 
+import pickle
+
 __all__ = [
     "AlreadyInitializedError",
     "BackendUnavailableError",
@@ -16,6 +18,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "CheckpointPathError",
     "CheckpointStateError",
+    "CheckpointUnsafeError",
     "CollectiveInputError",
     "CollectiveMismatchError",
     "CollectiveTimeoutError",
@@ -195,8 +198,8 @@ class UnsupportedSamplerError(TrainingSetupError, TypeError):
 class CheckpointError(IdistError, RuntimeError):
     """A checkpoint save or load failed on some rank; raised on every rank, naming the ranks.
 
-    A failed save leaves the checkpoint that was at the path as it was; a failed load
-    changes no parameter.
+    A failed save leaves what was at the path as it was; a failed load changes nothing, or
+    says in its message what it changed (docs/sharding.md).
     """
 
 
@@ -205,7 +208,8 @@ class CheckpointStateError(CheckpointError, ValueError):
 
 
 class CheckpointMismatchError(CheckpointError, ValueError):
-    """The state and the checkpoint differ: missing or unexpected keys, shapes that do not fit (all listed)."""
+    """The state and the checkpoint differ (missing or unexpected keys, shapes that do not fit: all listed),
+    or the ranks read different checkpoints (which rank read which save)."""
 
 
 class CheckpointPathError(CheckpointError, OSError):
@@ -214,6 +218,14 @@ class CheckpointPathError(CheckpointError, OSError):
 
 class CheckpointNotFoundError(CheckpointPathError, FileNotFoundError):
     """No checkpoint at the path (on the ranks named)."""
+
+
+class CheckpointUnsafeError(CheckpointError, pickle.UnpicklingError):
+    """A checkpoint file names code to run on loading (a global outside the safe list): refused, named.
+
+    Raised before the state changes; ``load_checkpoint(path, state, weights_only=False)``
+    loads it, for checkpoints you trust.
+    """
 
 
 # Codes used to ship an error class from one rank to the others (see _codec).

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import TypeVar
 
 from . import _backends
 from ._backends.serial import SerialContext
@@ -23,6 +24,8 @@ from ._context import DistContext
 from ._detect import detect_backend
 from ._errors import AlreadyInitializedError, ThreadContextError
 from .training import _sampler
+
+C = TypeVar("C", bound=DistContext)
 
 _scoped: ContextVar[DistContext | None] = ContextVar("idist_current", default=None)
 #: the simulated rank whose "process" this thread is part of (see ``in_rank``)
@@ -117,8 +120,9 @@ def finalize() -> None:
 
 
 @contextmanager
-def use(ctx: DistContext) -> Iterator[DistContext]:
-    """Make ``ctx`` current in this thread/task for the block; does not finalize it."""
+def use(ctx: C) -> Iterator[C]:
+    """Make ``ctx`` current in this thread/task for the block (``with idist.use(ctx) as same:``, typed
+    as ``ctx``); does not finalize it."""
     token = _scoped.set(ctx)
     try:
         yield ctx

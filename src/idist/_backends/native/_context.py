@@ -16,7 +16,7 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store
 from ..._context import DistContext
 from ..._errors import CollectiveInputError, IdistError, UnsupportedValueError
 from . import _adopt, _create, _ddp
-from ._comm import NativeComm, PGLike
+from ._comm import NativeComm
 from ._guard import describe, fingerprint
 from ._inflight import Unheld
 
@@ -60,13 +60,14 @@ class NativeContext(DistContext[NativeComm]):
         return _adopt.adopt(cls)
 
     @property
-    def process_group(self) -> PGLike:
-        """The torch process group of all ranks (what DDP and torch.distributed calls take)."""
-        return self._state.world.pg
+    def process_group(self) -> dist.ProcessGroup:
+        """The torch ``ProcessGroup`` of all ranks: what DDP and torch.distributed calls take (for
+        simulated ranks, one built around their gloo group on first use)."""
+        return _ddp.torch_group(self)
 
     def still_adopted(self) -> bool:
         """Whether the torch group this context adopted is still torch's default group."""
-        return dist.is_initialized() and dist.group.WORLD is self.process_group
+        return dist.is_initialized() and dist.group.WORLD is self._state.world.pg
 
     @classmethod
     def in_process(
@@ -233,7 +234,7 @@ class NativeContext(DistContext[NativeComm]):
 
     def _dcp_group(self) -> dist.ProcessGroup | None:
         # simulated ranks' groups are not registered with torch.distributed, which DCP needs
-        pg = self.process_group
+        pg = self._state.world.pg
         return pg if self.world_size > 1 and isinstance(pg, dist.ProcessGroup) and self._groups is None else None
 
     def _close(self) -> None:
@@ -244,5 +245,5 @@ class NativeContext(DistContext[NativeComm]):
                 comm.inflight.drain()
         state.comms.clear()
         state.group_comms.clear()
-        if self._owns_default and dist.is_initialized() and dist.group.WORLD is self.process_group:
+        if self._owns_default and dist.is_initialized() and dist.group.WORLD is self._state.world.pg:
             dist.destroy_process_group()
