@@ -25,6 +25,7 @@ from ._transport import Hub
 
 #: seconds, all together, that threads still running at interpreter exit get to end
 EXIT_GRACE = 1.0
+_set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
 
 
 class Abandoned(BaseException):
@@ -72,8 +73,16 @@ class Rank(threading.Thread):
 
     def interrupt(self) -> None:
         """From another thread: raise ``Abandoned`` in this rank's Python code, if it runs a job."""
-        if self.busy and self.is_alive() and self.ident is not None:
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.ident), ctypes.py_object(Abandoned))
+        ident = self.ident
+        for _ in range(50):
+            if not (self.busy and self.is_alive() and ident is not None):
+                return
+            hit = _set_async_exc(ctypes.c_ulong(ident), ctypes.py_object(Abandoned))
+            if hit <= 1:
+                return
+            # a thread this rank is starting carries its id until it runs: take it back, try again
+            _set_async_exc(ctypes.c_ulong(ident), None)
+            time.sleep(0.002)
 
     def run(self) -> None:
         ctx = self.ctx

@@ -206,19 +206,19 @@ class SimulatedWorld(BaseWorld):
 
     def _abandon(self, reason: str) -> None:
         """Stop a run that overran or failed: every call waiting in a collective raises at once, the
-        ranks still running Python code are interrupted, and each gets a moment to end."""
+        other ranks still running Python code are interrupted, and each gets a moment to end."""
         ranks, hub = self._ranks, self._hub
         self._ranks, self._hub = [], None
-        if hub is not None:
-            hub.abort(reason)
+        woken = hub.abort(reason) if hub is not None else set()
         for t in ranks:
             t.jobs.put(None)
-        time.sleep(0.02)  # a rank woken in a collective ends by itself: interrupt only the others
         for t in ranks:
-            t.interrupt()
+            if t.rank not in woken:  # a rank woken in a collective ends its job by itself
+                t.interrupt()
         deadline = time.monotonic() + ABORT_GRACE
         for t in ranks:
             t.join(max(0.0, deadline - time.monotonic()))
+            t.interrupt()  # a woken rank that went on past its error
         abandon(ranks)  # one still alive is in C code that ignores both (time.sleep...)
         if ranks:
             _inherit.release()

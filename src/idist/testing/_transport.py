@@ -104,14 +104,18 @@ class Hub:
         return SimulatedGroup(self, state, group_rank, timeout)
 
     # ------------------------------------------------------------- the runner's side
-    def abort(self, reason: str) -> None:
-        """End the run: every call waiting, or made from now on, raises ``WorldAborted(reason)``."""
+    def abort(self, reason: str) -> set[int]:
+        """End the run: every call waiting, or made from now on, raises ``WorldAborted(reason)``.
+        The global ranks that were waiting in a collective (they wake now)."""
+        woken: set[int] = set()
         with self.lock:
             if self.aborted is None:
                 self.aborted = WorldAborted(reason)
             for state in self.groups.values():
                 for meeting in state.meetings.values():
+                    woken.update(r for r, p in zip(state.ranks, meeting.payloads, strict=True) if p is not None)
                     meeting.over.set()
+        return woken
 
     def begin_run(self) -> None:
         with self.lock:
