@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import math
 import resource
+import struct
 import threading
 import time
 from typing import Any
@@ -410,3 +411,17 @@ def test_a_marker_the_fixture_cannot_honour_is_a_usage_error(mark: pytest.MarkDe
 
     with pytest.raises(pytest.UsageError, match=says):
         _options(Request())  # type: ignore[arg-type]
+
+
+def _nan_product(ctx: DistContext, values: list[float]) -> str:
+    return struct.pack("<d", ctx.all_reduce(values[ctx.rank], "PRODUCT")).hex()
+
+
+def test_ranks_agree_on_the_bits_of_a_nan_however_warm_the_interpreter_is() -> None:
+    # NaN * NaN has either NaN's sign depending on which of CPython's two multiplies runs: one
+    # before an instruction is specialized, one after, and simulated ranks share the code
+    plus, minus = (struct.unpack("<d", struct.pack("<Q", bits))[0] for bits in (0x7FF8000000000001, 0xFFF8000000000001))
+    values = [1.5, plus, -2.0, minus]
+    with SimulatedWorld(4) as world:
+        seen = {bits for _ in range(30) for bits in world.run(_nan_product, values)}
+    assert len(seen) == 1, seen
