@@ -82,10 +82,23 @@ def run_job(ctx: DistContext, job: bytes, where: str) -> bytes:
         return pack(False, exc)
 
 
+#: a message that is not a job: break the group, saying why (the rest of the message)
+BREAK = b"\x00idist-break\x00"
+
+
 def serve(ctx: DistContext, where: str, recv: Callable[[], bytes], send: Callable[[bytes], None]) -> None:
-    """Run jobs from ``recv`` and ``send`` the replies until an empty job (or the parent went away)."""
+    """Run jobs from ``recv`` and ``send`` the replies until an empty job (or the parent went away).
+
+    ``BREAK`` + a reason breaks this rank's group (peers waiting for it in a collective raise
+    ``GroupBrokenError`` naming the reason) and sends nothing back.
+    """
     try:
         while job := recv():
+            if job.startswith(BREAK):
+                breaker = getattr(ctx, "_break", None)  # a backend whose groups can be broken
+                if breaker is not None:
+                    breaker(job[len(BREAK) :].decode("utf-8", "replace"))
+                continue
             send(run_job(ctx, job, where))
     except (EOFError, OSError):
         pass  # the parent went away

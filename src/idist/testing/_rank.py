@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from .. import _stack
 from .._backends.native import NativeContext
+from ._errors import describe
 from ._outcomes import is_consequence
 from ._transport import Hub
 
@@ -49,11 +50,6 @@ def _join_abandoned() -> None:
 def _call(ctx: NativeContext, fn: Callable[..., object], args: tuple[object, ...]) -> object:
     with _stack.in_rank(ctx), _stack.use(ctx):
         return fn(ctx, *args)
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
 
 
 # (run id, rank, ok, value or exception)
@@ -118,7 +114,7 @@ class Rank(threading.Thread):
 
     def _failed(self, ctx: NativeContext, exc: BaseException) -> None:
         """Break the world at once, saying why: peers waiting in a collective raise now."""
-        reason = f"rank {self.rank}, which raised {_describe(exc)}"
+        reason = f"rank {self.rank}, which raised {describe(exc)}"
         if not is_consequence(exc):
             ctx._state.world.guard.publish_broken(reason)  # what the peers' errors will name
         self.hub.abort(reason)
