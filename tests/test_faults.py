@@ -123,18 +123,21 @@ def _absent(ctx: idist.DistContext, seconds: float) -> tuple[str, str, float]:
 
 
 def test_checked_mode_names_an_absent_rank_without_a_section_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Production (two gloo ranks, the group's timeout 30 minutes): the checked wait names the
-    absent rank. A simulated world waits for its run's timeout instead (tests/test_testing_simulate.py)."""
+    """A context as in production (the group's timeout 30 minutes, the guard's own checked wait):
+    the checked wait names the absent rank. A simulated world waits for its run's timeout instead
+    (tests/test_testing_simulate.py). The ranks' groups meet in memory: gloo in threads flakes."""
     from torch._C._distributed_c10d import HashStore
 
     from idist._backends.native import _guard
+    from idist.testing._transport import Hub
 
     monkeypatch.setattr(_guard, "CHECKED_WAIT", 1.0)
-    store = HashStore()
+    store, hub = HashStore(), Hub(2)
     out: dict[int, tuple[str, str, float]] = {}
 
     def rank(r: int) -> None:
-        ctx = idist.NativeContext.in_process(store, r, 2, checked=True)
+        groups = lambda ranks, g: hub.group(ranks, g, 1800.0)
+        ctx = idist.NativeContext.in_process(store, r, 2, checked=True, groups=groups)
         try:
             out[r] = _absent(ctx, 4.0)
         finally:
