@@ -54,6 +54,7 @@ from ._errors import (
     PeerLostError,
     ReduceOverflowError,
     RendezvousTimeoutError,
+    ThreadContextError,
     TrainingSetupError,
     UnknownBackendError,
     UnsupportedOpError,
@@ -129,7 +130,7 @@ __all__ = [
     "CollectiveInputError",
     "CollectiveMismatchError", "CollectiveTimeoutError", "ContextClosedError", "GroupBrokenError", "IdistError",
     "LaunchConfigError", "LaunchEnvironmentError", "LaunchError", "LeaderFailedError", "PeerLostError",
-    "ReduceOverflowError", "RendezvousTimeoutError", "TrainingSetupError",
+    "ReduceOverflowError", "RendezvousTimeoutError", "ThreadContextError", "TrainingSetupError",
     "UnknownBackendError", "UnsupportedOpError", "UnsupportedSamplerError", "UnsupportedValueError",
     # type aliases
     "BackendName", "BoolReduceOp", "FloatReduceOp", "GroupArg", "HorovodBackend", "HorovodReduceOp",

@@ -32,6 +32,7 @@ __all__ = [
     "LaunchError",
     "ReduceOverflowError",
     "RendezvousTimeoutError",
+    "ThreadContextError",
     "TrainingSetupError",
     "UnknownBackendError",
     "UnsupportedOpError",
@@ -55,6 +56,7 @@ class IdistError(Exception):
     ├── LaunchError                  (RuntimeError) a spawned rank failed, or a launch could not start
     │   └── LaunchConfigError        (ValueError)   spawn / Parallel / CLI arguments that cannot work
     ├── ContextClosedError           (RuntimeError) a context used after finalize()/its block
+    ├── ThreadContextError           (RuntimeError) a thread that belongs to no simulated rank, during a run
     ├── CollectiveTimeoutError       (TimeoutError) a collective did not complete in time (names the missing ranks)
     ├── RendezvousTimeoutError       (TimeoutError) ranks (nodes) that did not join the rendezvous in time
     ├── PeerLostError                (ConnectionError) a peer died, closed its connection or went silent mid-collective
@@ -148,6 +150,13 @@ class AlreadyInitializedError(IdistError, RuntimeError):
 
 class ContextClosedError(IdistError, RuntimeError):
     """A context was used after it was finalized."""
+
+
+class ThreadContextError(IdistError, RuntimeError):
+    """idist was called, during a simulated run, from a thread that no simulated rank started.
+
+    Its rank cannot be known (``idist.testing``: threads inherit the rank that starts them).
+    """
 
 
 class CollectiveMismatchError(CollectiveInputError):

@@ -49,7 +49,7 @@ def shard(ctx: NativeContext, model: nn.Module, sync_bn: bool, kwargs: dict[str,
     if ctx.world_size == 1:
         return whole(ctx, model, kwargs)
     group = ctx._state.world.pg  # not ctx.process_group, which wraps a simulated rank's gloo group
-    if not isinstance(group, dist.ProcessGroup):
+    if not isinstance(group, dist.ProcessGroup) or ctx._dcp_group() is None:  # simulated ranks: unregistered
         raise TrainingSetupError(
             "auto_model(strategy='fsdp') needs one process per rank: torch's sharded tensors keep process-wide "
             "state, which simulated ranks in threads share. Test FSDP code with idist.testing's process runner "
