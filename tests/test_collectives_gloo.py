@@ -273,7 +273,7 @@ def _issue_cases(rank: int) -> dict[str, Any]:
         got = _outcome(lambda: ctx.all_reduce(0 if rank == 0 else 1.5))
         out[f"int_float_{i}"] = (got[0], type(got[1]).__name__, got[1])
     out["int_float_avg"] = _outcome(lambda: ctx.all_reduce(1 if rank == 0 else 2.0, "AVERAGE"))
-    out["int_avg"] = _outcome(lambda: ctx.all_reduce(rank, "AVERAGE"))[:2]
+    out["int_avg"] = _outcome(lambda: ctx.all_reduce(rank, "AVERAGE"))
     out["numpy_after"] = _outcome(lambda: ctx.all_gather(rank))
     ctx.close()
 
@@ -372,7 +372,7 @@ def test_numpy_scalars_reduce_like_the_python_numbers_they_stand_for(issue_rows:
         # an int on one rank and a float on another reduce as floats, the same on every rank
         assert [r[f"int_float_{i}"] for i in range(3)] == [("ok", "float", 1.5)] * 3
         assert r["int_float_avg"] == ("ok", 1.5)
-        assert r["int_avg"] == ("err", "UnsupportedOpError")
+        assert r["int_avg"] == ("ok", 0.5) and type(r["int_avg"][1]) is float  # a float variable may hold ints
         assert r["numpy_after"] == ("ok", [0, 1]), r["numpy_after"]
 
 

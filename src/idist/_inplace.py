@@ -23,6 +23,8 @@ def writing(t: torch.Tensor) -> AbstractContextManager[object]:
 
 def write(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     """``dst`` with ``src``'s values (same shape), whatever ``dst`` is to autograd."""
+    if not (dst.requires_grad or dst.is_inference()):
+        return dst.copy_(src)  # the common case, without entering a mode
     with writing(dst):
         dst.copy_(src)
     return dst
@@ -30,6 +32,9 @@ def write(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
 
 def divide(t: torch.Tensor, n: int) -> None:
     """``t /= n`` in place (AVERAGE after a SUM), whatever ``t`` is to autograd."""
+    if not (t.requires_grad or t.is_inference()):
+        t.div_(n)
+        return
     with writing(t):
         t.div_(n)
 
@@ -58,3 +63,9 @@ def unwritable(t: torch.Tensor, call: str) -> UnsupportedValueError | None:
             f"tensor of shape {list(t.shape)}); pass t.clone() or t.contiguous()"
         )
     return None
+
+
+def check_writable(t: torch.Tensor, call: str) -> None:
+    """Raise ``unwritable``'s error, if any (a contiguous tensor is writable: no stride 0 there)."""
+    if not t.is_contiguous() and (error := unwritable(t, call)) is not None:
+        raise error

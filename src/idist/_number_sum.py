@@ -81,8 +81,8 @@ def result(summed: torch.Tensor, n: int, op: str, mode: Mode) -> tuple[int | flo
         _, floats, others = counts
         if others or math.isnan(value) or (floats and n > 2):
             return MISS, mode
-        if not floats:  # ints only
-            return (MISS if op == "AVERAGE" else int(value)), "int"
+        if not floats:  # ints only (an AVERAGE of them is a float: the exact sum, divided once)
+            return (int(value) / n if op == "AVERAGE" else int(value)), "int"
         return (value / 2 if op == "AVERAGE" else value), "float" if floats == 2 else "pair"
     value = float(summed.item())
     if math.isnan(value):
@@ -91,7 +91,7 @@ def result(summed: torch.Tensor, n: int, op: str, mode: Mode) -> tuple[int | flo
         return (value / 2 if op == "AVERAGE" else value), mode
     if not (value.is_integer() and abs(value) < n * SMALL_INT):
         return FOREIGN, mode
-    return (MISS if op == "AVERAGE" else int(value)), mode
+    return (int(value) / n if op == "AVERAGE" else int(value)), mode
 
 
 def after_gather(values: list[object]) -> Mode:

@@ -15,14 +15,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from ._errors import CollectiveInputError, LeaderFailedError
 
 if TYPE_CHECKING:
     from ._context import DistContext
 
-F = TypeVar("F", bound=Callable[..., object])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _check(ctx: DistContext, rank: int, local: bool) -> None:
@@ -47,12 +48,15 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def one_rank_only(resolve: Callable[[], DistContext], rank: int = 0, with_barrier: bool = True) -> Callable[[F], F]:
-    """The decorator; ``resolve`` gives the context when the function is called."""
+def one_rank_only(
+    resolve: Callable[[], DistContext], rank: int = 0, with_barrier: bool = True
+) -> Callable[[Callable[P, R]], Callable[P, R | None]]:
+    """The decorator; ``resolve`` gives the context when the function is called. The other ranks
+    get None, so the decorated function returns ``R | None``."""
 
-    def decorator(fn: F) -> F:
+    def decorator(fn: Callable[P, R]) -> Callable[P, R | None]:
         @functools.wraps(fn)
-        def wrapper(*args: object, **kwargs: object) -> object:
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | None:
             c = resolve()
             _check(c, rank, local=False)
             if c.rank != rank:
@@ -69,7 +73,7 @@ def one_rank_only(resolve: Callable[[], DistContext], rank: int = 0, with_barrie
                 _exchange_status(c, None, "one_rank_only")
             return result
 
-        return cast(F, wrapper)
+        return wrapper
 
     return decorator
 

@@ -8,6 +8,7 @@ bit for bit on every rank, and an int result outside int64 is an error, not a wr
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
 from functools import reduce
 from typing import Literal
@@ -55,7 +56,8 @@ def check_tensor_op(op: str, dtype: torch.dtype) -> None:
 
 #: the kind of each Python number all_reduce takes: what it reduces as
 Kind = Literal["bool", "int", "float"]
-_VALID: dict[str, tuple[str, ...]] = {"bool": BOOL_OPS, "int": INT_OPS, "float": FLOAT_OPS}
+#: Python ints also AVERAGE (into a float: a ``float`` variable may hold an int); int tensors cannot
+_VALID: dict[str, tuple[str, ...]] = {"bool": BOOL_OPS, "int": (*INT_OPS, "AVERAGE"), "float": FLOAT_OPS}
 
 
 _PYTHON_KINDS: dict[type, Kind] = {bool: "bool", int: "int", float: "float"}
@@ -130,14 +132,18 @@ def _max(a: float, b: float) -> float:
     return b if b > a else a
 
 
+# operator's functions, not lambdas: ``a * b`` in a lambda runs float_mul until CPython specializes
+# the instruction, then its own multiply, and the two order a NaN's operands differently (NaN *
+# NaN gives either sign): ranks whose folds straddle that moment (simulated ranks share the
+# lambda) disagreed on the bits.
 _FOLDS: dict[str, Callable[..., int | float]] = {
-    "SUM": lambda a, b: a + b,
-    "PRODUCT": lambda a, b: a * b,
+    "SUM": operator.add,
+    "PRODUCT": operator.mul,
     "MIN": _nan_aware(_min),
     "MAX": _nan_aware(_max),
-    "AND": lambda a, b: a & b,
-    "OR": lambda a, b: a | b,
-    "AVERAGE": lambda a, b: a + b,
+    "AND": operator.and_,
+    "OR": operator.or_,
+    "AVERAGE": operator.add,
 }
 
 
@@ -160,20 +166,16 @@ def fold_values(op: str, values: Sequence[object]) -> object:
     kind: Kind = "bool" if "bool" in kinds else "float" if "float" in kinds else "int"
     if op not in _VALID[kind]:
         what = "int and float (reduced as float)" if len(kinds) > 1 else kind
-        hint = ""
-        if kind == "bool" and op in ("SUM", "AVERAGE"):
-            hint = "; to count True values reduce int(flag) with SUM"
-        elif kind == "int" and op == "AVERAGE":
-            hint = "; reduce float(x) for an average"
+        hint = "; to count True values reduce int(flag) with SUM" if kind == "bool" and op in ("SUM", "AVERAGE") else ""
         raise _reject(op, what, _VALID[kind], hint)
     # Left fold in rank order, the same on every rank; SUM uses plain float addition.
     numbers = (
         [v for v in values if isinstance(v, (int, float))] if only is not None else [as_python(kind, v) for v in values]
     )
     result = numbers[0] if len(numbers) == 1 else reduce(_FOLDS[op], numbers)
-    if kind == "float" and op == "AVERAGE":
-        result = result / len(values)
-    elif kind == "bool":
+    if op == "AVERAGE":  # of ints too: the exact sum, divided once
+        return result / len(values)
+    if kind == "bool":
         result = bool(result)
     elif kind == "int" and not INT64_MIN <= result <= INT64_MAX:
         raise ReduceOverflowError(

@@ -1,8 +1,9 @@
 """Every rank says what went wrong on it; if anything did, every rank raises the same error.
 
 Each step of a save or load ends with ``settle``: one ``all_gather`` of a short text per rank
-(empty when the step went well). So a rank never returns while a peer failed, and all ranks
-raise the same class with the same message, naming the ranks (and nodes) that failed.
+(a token, often empty, when the step went well). So a rank never returns while a peer
+failed, and all ranks raise the same class with the same message, naming the ranks (and
+nodes) that failed; else every rank gets every rank's token.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .._errors import (
     CheckpointNotFoundError,
     CheckpointPathError,
     CheckpointStateError,
+    CheckpointUnsafeError,
 )
 
 if TYPE_CHECKING:
@@ -32,6 +34,7 @@ _CLASSES: dict[str, type[CheckpointError]] = {
         CheckpointMismatchError,
         CheckpointPathError,
         CheckpointNotFoundError,
+        CheckpointUnsafeError,
     )
 }
 _SEP = "\x1f"
@@ -60,14 +63,15 @@ def where(ctx: DistContext) -> str:
     return f"rank {ctx.rank}"
 
 
-def settle(ctx: DistContext, what: str, error: Failure) -> None:
-    """Raise on every rank when ``error`` is set on any rank (``what`` names the step)."""
+def settle(ctx: DistContext, what: str, error: Failure, token: str = "", changed: str = "") -> list[str]:
+    """Raise on every rank when ``error`` is set on any rank (``what`` names the step, ``changed``
+    ends the message: what the failed step left changed); else every rank's ``token``, in rank order."""
     kind = "" if error is None else type(error).__name__ if isinstance(error, CheckpointError) else "CheckpointError"
-    mine = "" if error is None else f"{kind}{_SEP}{where(ctx)}{_SEP}{describe(error)}"
+    mine = f"={token}" if error is None else f"{kind}{_SEP}{where(ctx)}{_SEP}{describe(error)}"
     seen: list[str] = ctx.all_gather(mine)
-    failed = [s.split(_SEP, 2) for s in seen if s]
+    failed = [s.split(_SEP, 2) for s in seen if not s.startswith("=")]
     if not failed:
-        return
+        return [s[1:] for s in seen]
     cls = _CLASSES.get(failed[0][0], CheckpointError)
     messages = {msg for _, _, msg in failed}
     if ctx.world_size == 1:
@@ -79,6 +83,7 @@ def settle(ctx: DistContext, what: str, error: Failure) -> None:
         text = f"{what} failed on {len(failed)} of {ctx.world_size} ranks:\n" + "\n".join(
             f"  {w}: {msg}" for _, w, msg in failed
         )
+    text += changed
     if isinstance(error, BaseException):
         raise cls(text) from error
     raise cls(text)

@@ -61,9 +61,9 @@ class NativeComm:
     torch_group: dist.ProcessGroup | None = None
     #: collectives of this comm running now (on any thread): its group cannot be destroyed
     busy: int = 0
-    #: the user's collective while it runs as another backend call (a checked barrier's hash
-    #: all_reduce): what a failure and the stall mark name
-    label: str | None = None
+    #: the user's call its collectives serve now, when named otherwise (checked mode's comparison,
+    #: nccl's barrier): what a failure and the stall mark name
+    calling: str | None = None
 
     def _mark(self, what: str) -> None:
         """Count this backend call; with stall marks on, note it where the launcher can read it."""
@@ -71,7 +71,7 @@ class NativeComm:
         step.seq += 1
         marks = self.guard.marks
         if marks is not None:
-            what = self.label or what
+            what = self.calling or what
             group = "world" if self.key == "world" else str(list(self.ranks))
             marks.write(step.seq, what.encode(), group.encode()[:40])
 
@@ -94,7 +94,7 @@ class NativeComm:
             self.busy -= 1
         if not done:
             del work  # it reaches the group, whose connections the failure closes
-            raise self._failed(self.label or what, failure, lost, began) from failure
+            raise self._failed(what, failure, lost, began) from failure
 
     def _run(self, start: Callable[[list[torch.Tensor], Any], Work], t: torch.Tensor, opts: object, what: str) -> None:
         """``_wait`` for the one-tensor calls, without its closures (the hot path)."""
@@ -119,7 +119,7 @@ class NativeComm:
             self.busy -= 1
         if not done:
             del start  # a bound method of the group, whose connections the failure closes
-            raise self._failed(self.label or what, failure, lost, began) from failure
+            raise self._failed(what, failure, lost, began) from failure
 
     def _finish_all(self, started: Work | tuple[Work, Work]) -> Lost | None:
         for work in started if isinstance(started, tuple) else (started,):
@@ -159,6 +159,7 @@ class NativeComm:
         records its own arrival); the guard hears who else arrived; the group is broken."""
         if exc is not None:
             traceback.clear_frames(exc.__traceback__)  # their work objects hold the group's connections
+        call = self.calling or call
         guard = self.guard
         verdict = guard.judge(self, call, exc, lost, time.monotonic() - began)
         self.release(verdict.reason, stuck=lost is not None)
