@@ -22,6 +22,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint import FileSystemWriter
 
 import idist
 from idist import (
@@ -268,6 +269,71 @@ def test_simulated_ranks_save_once_and_load_on_another_world_size(tmp_path: Path
     assert simulate(2, _simulated_load, tmp_path) == [(True, 0), (True, 0)]
     with idist.context("serial") as ctx:
         assert _simulated_load(ctx, tmp_path) == (True, 0)
+
+
+#: the calls a load makes that each cost a metadata operation on a shared filesystem (opens aside:
+#: DCP opens the data files each rank reads, as a raw dcp.load does)
+_METADATA_CALLS = ("stat", "lstat", "scandir", "listdir")
+
+
+def _count_metadata_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of every file or folder that ``os`` is asked about from now on, in every thread."""
+    seen: list[str] = []
+    for name in _METADATA_CALLS:
+        original = getattr(os, name)
+
+        def counting(path: Any = ".", *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            seen.append(os.path.basename(os.fsdecode(path)) if isinstance(path, (str, bytes, os.PathLike)) else "")
+            return _original(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, name, counting)
+    return seen
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # dcp.save without a group, on purpose
+def test_a_load_asks_the_filesystem_about_each_data_file_once_in_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = nn.Sequential(*(nn.Linear(4, 4) for _ in range(8)))
+    writer = FileSystemWriter(tmp_path / "ck", thread_count=8)  # 8 data files, as 8 saving ranks would write
+    dcp.save({"model": model.state_dict()}, storage_writer=writer, no_dist=True)
+    files = sorted(p.name for p in (tmp_path / "ck").glob("*.distcp"))
+    assert len(files) == 8
+
+    def load(ctx: idist.DistContext) -> bool:
+        fresh = nn.Sequential(*(nn.Linear(4, 4) for _ in range(8)))
+        ctx.load_checkpoint(tmp_path / "ck", {"model": fresh})
+        return _same(fresh.state_dict(), model.state_dict())
+
+    calls = {}
+    for world_size in (1, 2, 4):
+        seen = _count_metadata_calls(monkeypatch)
+        assert simulate(world_size, load) == [True] * world_size
+        monkeypatch.undo()
+        assert sorted(name for name in seen if name.endswith(".distcp")) == files, "each data file once, by one rank"
+        calls[world_size] = len(seen)
+    per_rank = calls[2] - calls[1]
+    assert calls[4] - calls[2] == 2 * per_rank, f"a constant number of other calls per rank: {calls}"
+    assert per_rank <= 4, calls
+
+
+def test_a_copy_of_the_save_that_lacks_data_fails_every_rank_before_anything_changes(tmp_path: Path) -> None:
+    idist.save_checkpoint(tmp_path / "ck", {"model": _filled(1.0)})
+    shutil.copytree(tmp_path / "ck", tmp_path / "copy")  # a node's own copy, say, that lost a file
+    (tmp_path / "copy" / "__0_0.distcp").unlink()
+    models = [_filled(9.0) for _ in range(2)]
+
+    def fn(ctx: idist.DistContext) -> str:
+        try:
+            ctx.load_checkpoint(tmp_path / ("ck" if ctx.rank == 0 else "copy"), {"model": models[ctx.rank]})
+        except CheckpointError as exc:
+            return str(exc)
+        return "loaded"
+
+    for message in simulate(2, fn):
+        assert f"failed on rank 1: the checkpoint at {tmp_path / 'copy'} lacks __0_0.distcp" in message
+        assert "nothing was changed" in message
+    assert all(torch.equal(m.weight, torch.full((2, 3), 9.0)) for m in models)
 
 
 def test_simulated_ranks_that_read_different_saves_are_told(tmp_path: Path) -> None:

@@ -1,9 +1,9 @@
 """Run code on one rank: ``one_rank_only`` (decorator) and ``one_rank_first`` (block).
 
 Both are exception-safe: when the leading rank raises, its exception propagates there and
-every follower raises ``LeaderFailedError`` (with the leader's message) instead of running
-the block or waiting forever. The leader's status travels in one ``all_gather`` that also
-serves as the barrier.
+every follower raises ``LeaderFailedError`` (with the leader's message, cut to a bounded
+length) instead of running the block or waiting forever. The leader's status travels in one
+``all_gather`` that also serves as the barrier (its message in a second round: ``_reports``).
 
 Both take a function that gives the context: the module-level forms resolve it when the
 decorated function is *called*, since decorators usually run at import, before
@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
+from . import _reports
 from ._errors import CollectiveInputError, LeaderFailedError
 
 if TYPE_CHECKING:
@@ -35,13 +36,14 @@ def _check(ctx: DistContext, rank: int, local: bool) -> None:
 
 def _exchange_status(ctx: DistContext, failure: str | None, what: str) -> None:
     """Everyone learns whether a leader failed; followers raise if one did."""
-    statuses: list[str | None] = ctx.all_gather(failure)
+    outcome = _reports.exchange(ctx, failure=None if failure is None else ("", f"rank {ctx.rank}", failure))
     if failure is not None:
         return  # the leader re-raises its own exception
-    failed = [(r, msg) for r, msg in enumerate(statuses) if msg is not None]
-    if failed:
-        r, msg = failed[0]
-        raise LeaderFailedError(f"rank {r} raised inside {what}, so rank {ctx.rank} stops too: {msg}")
+    if outcome.failed:
+        leader = outcome.failed[0]
+        raise LeaderFailedError(
+            f"rank {leader.ranks[0]} raised inside {what}, so rank {ctx.rank} stops too: {leader.text}"
+        )
 
 
 def _describe(exc: BaseException) -> str:

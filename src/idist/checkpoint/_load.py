@@ -2,9 +2,11 @@
 
 Each step ends with ``settle`` (every rank raises if any rank failed). (1) Every rank holds
 the folder open (``_files.pinned``), reads the manifest, DCP's metadata and the plain values
-(through ``_unpickle`` unless ``weights_only=False``), checks the data files' sizes and
-compares keys and shapes (``_compare``); the settle also compares the save each rank read.
-(2) Stateful objects load (put back on every rank if one fails). (3) DCP reads into the
+(through ``_unpickle`` unless ``weights_only=False``) and compares keys and shapes
+(``_compare``); rank 0 alone checks the data files' sizes (O(files) stats in all, not per
+rank); the settle shares that and compares the save each rank read.
+(2) A rank reading a copy of the save at another path checks its data files, then stateful
+objects load (put back on every rank if one fails). (3) DCP reads into the
 state's tensors. (4) Optimizers take their state, then plain values are returned. A failure
 in (3) or (4) puts the stateful objects back and says which tensors it may have changed.
 """
@@ -12,6 +14,7 @@ in (3) or (4) puts the stateful objects back and says which tensors it may have 
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 import os
 from collections.abc import Mapping, MutableMapping
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch.distributed.checkpoint.api import CheckpointException
 
+from .. import _reports
 from .._errors import CheckpointError, CheckpointMismatchError
 from . import _compare, _dcp, _files, _state, _targets
 from ._compare import Skipped
@@ -32,7 +36,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("idist.checkpoint")
 
 _SEP = "\x1f"
-#: saves (and ranks of a save) named in a mismatch before the rest are counted
+#: saves named in a mismatch before the rest are counted
 _SHOWN = 8
 #: characters of a rank's path it sends for the mismatch message (the end of it)
 _PATH = 200
@@ -79,23 +83,28 @@ def _load(
     error: Failure = None
     token = ""
     try:
-        found = check(via, folder, state, trusted)
+        found = check(via, folder, state, trusted, files=ctx.rank == 0)
         if strict and found.plan.skipped:
             raise CheckpointMismatchError(
                 f"the state and the checkpoint differ ({found.plan.skipped.describe()}); fix the state, or pass "
                 "strict=False to load what matches"
             )
         shown = str(folder) if len(str(folder)) <= _PATH else "..." + str(folder)[-_PATH:]  # O(1) bytes a rank
-        token = _SEP.join((found.token, "1" if found.entries.stateful else "", shown))
+        path = hashlib.blake2b(str(folder).encode(errors="surrogateescape"), digest_size=8).hexdigest()
+        token = _SEP.join((found.token, "1" if found.entries.stateful else "", path, shown))
     except Exception as exc:
         error = _local(exc, folder, via)
     tokens = settle(ctx, what, error, token)
     _same_save(what, tokens)
     entries, target = found.entries, _compare.without(found.target, found.plan)
     snapshots: dict[str, Mapping[str, object]] = {}
-    if any(t.split(_SEP)[1] for t in tokens):
+    # rank 0 checked the data files of its folder; a rank that reads a copy elsewhere checks its own
+    copies = [t.split(_SEP)[2] != tokens[0].split(_SEP)[2] for t in tokens]
+    if any(t.split(_SEP)[1] for t in tokens) or any(copies):
         error = None
         try:
+            if copies[ctx.rank]:
+                _files.check_complete(via, found.metadata, folder)
             for name, obj in entries.stateful.items():
                 if name in found.stateful:
                     snapshots[name] = _snapshot(obj)
@@ -149,7 +158,7 @@ def _step(
             try:
                 entries.stateful[name].load_state_dict(saved)
             except Exception as again:
-                raise type(exc)(f"{exc}; putting {name!r} back failed too ({describe(again)})") from again
+                raise type(exc)(f"{exc}; putting {name!r} back failed too ({_reports.cut(describe(again))})") from again
         raise
 
 
@@ -162,10 +171,7 @@ def _same_save(what: str, tokens: list[str]) -> None:
         return
     parts = []
     for nonce, ranks in list(saves.items())[:_SHOWN]:
-        rest = f" and {len(ranks) - _SHOWN} more" if len(ranks) > _SHOWN else ""
-        listed = ", ".join(map(str, ranks[:_SHOWN])) + rest
-        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {listed}"
-        parts.append(f"{who} read save {nonce[:12]} at {tokens[ranks[0]].split(_SEP)[2]}")
+        parts.append(f"{_reports.ranks(ranks)} read save {nonce[:12]} at {tokens[ranks[0]].split(_SEP)[3]}")
     more = f"; and {len(saves) - _SHOWN} more saves" if len(saves) > _SHOWN else ""
     raise CheckpointMismatchError(
         f"{what} failed: the ranks read different checkpoints ({'; '.join(parts)}{more}); every rank must "

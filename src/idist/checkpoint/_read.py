@@ -77,13 +77,15 @@ def read_values(
     return dict(blob["values"]), dict(blob["stateful"])
 
 
-def check(via: Path, shown: Path, state: Mapping[str, object], trusted: bool) -> Found:
-    """Read everything a load needs except the tensors, and compare it with ``state``."""
+def check(via: Path, shown: Path, state: Mapping[str, object], trusted: bool, files: bool = True) -> Found:
+    """Read everything a load needs except the tensors, and compare it with ``state``; with ``files``,
+    also check that the data files hold what the metadata names (one stat a file)."""
     _files.check_readable(via, shown)
     entries = _state.classify(state)
     manifest = _manifest.read(via, shown)
     metadata, raw = read_metadata(via, shown, trusted)
-    _files.check_complete(via, metadata, shown)
+    if files:
+        _files.check_complete(via, metadata, shown)
     values, stateful = read_values(via, shown, trusted)
     absent = [k for k in entries.values if k not in values] + [k for k in entries.stateful if k not in stateful]
     target = _targets.to_load(entries, metadata)

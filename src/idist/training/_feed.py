@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, cast, final
 import torch
 from torch import nn
 
+from .. import _reports
 from .._errors import TrainingSetupError
 
 if TYPE_CHECKING:
@@ -96,7 +97,15 @@ def check_places(ctx: DistContext, optimizer: Optimizer) -> None:
     def before_step(opt: Optimizer, args: object, kwargs: object) -> None:
         places = ctx.all_gather(f"{feed.epoch}:{feed.step}")
         if len(set(places)) > 1:
-            table = ", ".join(f"rank {r} at epoch {p.replace(':', ' step ')}" for r, p in enumerate(places))
+            at: dict[str, list[int]] = {}
+            for r, p in enumerate(places):
+                at.setdefault(p, []).append(r)
+            table = "; ".join(
+                f"{_reports.ranks(ranks)} at epoch {p.replace(':', ' step ')}"
+                for p, ranks in list(at.items())[: _reports.MESSAGES]
+            )
+            if len(at) > _reports.MESSAGES:
+                table += f"; and {sum(len(r) for r in list(at.values())[_reports.MESSAGES :])} more ranks elsewhere"
             raise TrainingSetupError(
                 f"the ranks step on different batches ({table}): a rank took a pass over a loader the others "
                 "did not, so its epoch moved on alone. Take every pass on every rank, or call "
