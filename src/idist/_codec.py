@@ -16,6 +16,7 @@ from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 import attrs
 import torch
 
+from . import _reports
 from ._errors import CODE_OF, ERROR_CODES, IdistError, UnsupportedValueError
 from ._frame import HEADER, Frame, Tag, aligned, head, host, read_head, string_at
 
@@ -154,9 +155,10 @@ def encode(value: object, *, allow_pickle: bool = True) -> Frame:
 
 def encode_error(exc: IdistError) -> Frame:
     """An error frame: every rank that decodes it raises ``exc``'s class (or its nearest
-    ancestor with a code) with ``exc``'s text."""
+    ancestor with a code) with ``exc``'s text, cut to ``_reports.LIMIT`` bytes: every rank
+    gathers the frame, so a message of any length must not travel whole."""
     code = next((CODE_OF[c] for c in type(exc).__mro__ if c in CODE_OF), CODE_OF[UnsupportedValueError])
-    return _raw(Tag.ERROR, str(exc).encode("utf-8", "replace"), code)
+    return _raw(Tag.ERROR, _reports.cut(str(exc)).encode("utf-8", "replace"), code)
 
 
 _NONE, _BOOL, _INT, _FLOAT, _STR, _BYTES, _PATH, _TENSOR, _PICKLE, _REDUCE = (
