@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import weakref
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, Self, final
+from typing import Any, ClassVar, NoReturn, Self, final
 
 import attrs
 import torch
@@ -15,6 +15,7 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store
 
 from ..._context import DistContext
 from ..._errors import CollectiveInputError, IdistError, UnsupportedValueError
+from ..._inplace import resolved, write
 from . import _adopt, _create, _ddp
 from ._comm import NativeComm
 from ._guard import describe, fingerprint
@@ -153,18 +154,17 @@ class NativeContext(DistContext[NativeComm]):
 
     def _allreduce_tensor(self, t: torch.Tensor, op: str, comm: NativeComm) -> None:
         if op == "AVERAGE" and self.backend != "nccl":
-            comm.allreduce(t, "SUM")
-            t.div_(len(comm.ranks))
+            comm.allreduce(t, "SUM", divisor=len(comm.ranks))  # gloo and mpi have no AVG
             return
         comm.allreduce(t, op)
 
     def _broadcast_tensor(self, t: torch.Tensor, src: int, comm: NativeComm) -> None:
         if self.backend == "gloo" and t.dtype in _GLOO_MISSING:
             # a broadcast moves bits: send them as bytes, a dtype gloo has
-            work = t.contiguous()
+            work = resolved(t).contiguous()
             comm.broadcast(work.reshape(-1).view(torch.uint8), src)
-            if work is not t:
-                t.copy_(work)
+            if work is not t and src != comm.group_rank:  # src's own tensor is only read
+                write(t, work)
             return
         comm.broadcast(t, src)
 
@@ -176,7 +176,11 @@ class NativeContext(DistContext[NativeComm]):
         if comm.guard.checked and len(comm.ranks) > 1 and self.backend == "gloo":
             return  # checked mode just compared this call over the group: every rank has arrived
         if self.backend == "nccl":
-            comm.allreduce(torch.zeros(1, device=self.device), "SUM")
+            comm.calling = "barrier"  # what a failure of the all_reduce below names
+            try:
+                comm.allreduce(torch.zeros(1, device=self.device), "SUM")
+            finally:
+                comm.calling = None
         else:
             comm.barrier()
 
@@ -199,7 +203,11 @@ class NativeContext(DistContext[NativeComm]):
             # described only here: formatting a tensor's dtype/shape costs µs on every call
             guard.check(comm, fingerprint(call, op, describe(call, value), src, comm.ranks), error)
         elif error is not None:
-            verdict = guard.agree(comm, call, error) if len(comm.ranks) > 1 else None
+            # on the world, the call may have meant a group (a bad group=): peers waiting in one find it too
+            state = self._state
+            others = [c for c in (*state.comms.values(), *state.group_comms.values()) if c not in (None, comm)]
+            on_world = comm is state.world
+            verdict = guard.agree(comm, call, error, others if on_world else []) if len(comm.ranks) > 1 else None
             if verdict is not None:
                 self._break(verdict.reason)
                 error.add_note(
@@ -207,6 +215,11 @@ class NativeContext(DistContext[NativeComm]):
                     "finalize this context and create a new one"
                 )
             raise error
+
+    def _unpaired(self, comm: NativeComm, error: IdistError) -> NoReturn:
+        self._break(f"rank {self.rank}, which raised {type(error).__name__}: {error}")
+        error.add_note("the group is now broken on every rank: finalize this context and create a new one")
+        raise error
 
     def _broken(self) -> str | None:
         return self._state.world.guard.broken

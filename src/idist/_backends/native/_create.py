@@ -19,10 +19,11 @@ from ..._errors import AlreadyInitializedError, BackendUnavailableError, LaunchE
 from ..._launch_env import LaunchInfo, detect
 from ..._topology import Topology
 from . import _rendezvous
-from ._comm import NativeComm, PGLike
+from ._comm import NativeComm
 from ._guard import Guard, checked_from_env
 from ._inflight import InFlight, Unheld
 from ._liveness import attempt, heartbeat, limit_from
+from ._pg import PGLike
 
 if TYPE_CHECKING:
     from ._context import NativeContext
@@ -104,8 +105,12 @@ def _build(
         liveness=beat,
         marks=_marks.from_env(os.environ),
     )
-    # gloo's waits can be cut into slices (between two, the watcher is asked about the peers)
-    sliced = datetime.timedelta(seconds=beat.interval) if beat is not None and name == "gloo" else None
+    # gloo's waits can be cut into slices: between two, the watcher is asked about the peers,
+    # and the store whether a peer failed before it communicated (see Guard.look); alone, a
+    # rank has no peer to wait for, and an in-process transport's calls wait inside themselves
+    interval = beat.interval if beat is not None else 1.0
+    sliceable = name == "gloo" and t.world_size > 1 and groups is None
+    sliced = datetime.timedelta(seconds=interval) if sliceable else None
     world = NativeComm(
         pg,
         tuple(range(t.world_size)),
