@@ -72,12 +72,18 @@ def test_a_closed_reader_ends_the_job_like_python_piped_to_head(tmp_path: Path) 
     forever = tmp_path / "forever.py"
     forever.write_text("import itertools\nfor i in itertools.count():\n    print('tick', i, flush=True)\n")
     line = f"{' '.join(RUN)} -n 2 {forever} | head -2; echo status ${{PIPESTATUS[0]}}"
-    proc = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120, env=clean_env(),
-                          check=False)  # fmt: skip
-    out = proc.stdout.splitlines()
-    assert len(out) == 3 and all(re.fullmatch(r"\[rank[01]\]:tick \d+", x) for x in out[:2]), proc.stdout
-    assert out[-1] == "status 141", (proc.stdout, proc.stderr[-2000:])
-    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    proc = subprocess.Popen(["bash", "-c", line], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=clean_env(), start_new_session=True)  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the pipeline, should the launcher hang
+        proc.wait()
+    out = stdout.splitlines()
+    assert len(out) == 3 and all(re.fullmatch(r"\[rank[01]\]:tick \d+", x) for x in out[:2]), stdout
+    assert out[-1] == "status 141", (stdout, stderr[-2000:])
+    assert "Traceback" not in stderr, stderr[-2000:]
 
 
 def test_a_slow_reader_gets_every_line_and_the_launcher_waits_for_it(tmp_path: Path) -> None:
