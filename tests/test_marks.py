@@ -45,3 +45,19 @@ def test_no_variable_means_no_marks(monkeypatch: pytest.MonkeyPatch) -> None:
         assert _marks.from_env({_marks.MARKS_VAR: f"{fd}:0"}) is None
     finally:
         os.close(fd)
+
+
+def test_a_call_that_returned_is_no_longer_in_flight() -> None:
+    board = _marks.board(1)
+    if board is None:
+        pytest.skip("no anonymous memory files here (memfd_create is Linux's)")
+    try:
+        mine = _marks.Marks(*map(int, board.variable(0).split(":")))
+        mine.write(3, b"all_reduce", b"world")
+        assert board.read(0) == "all_reduce #3 on group world"
+        mine.done()
+        assert board.read(0) is None
+        mine.write(4, b"barrier", b"world")
+        assert board.read(0) == "barrier #4 on group world"
+    finally:
+        board.close()

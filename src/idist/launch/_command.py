@@ -134,7 +134,11 @@ def _check_address(a: argparse.Namespace) -> None:
 
 def _check_backend(a: argparse.Namespace) -> None:
     if a.backend == "horovod":
-        given = [flag for key, flag in NOT_FOR_HOROVOD.items() if getattr(a, key) not in (None, False)]
+        given = [
+            flag
+            for key, flag in NOT_FOR_HOROVOD.items()
+            if getattr(a, key) is not None and getattr(a, key) is not False
+        ]
         if given:
             raise UsageError(
                 f"--backend horovod cannot honour {', '.join(given)}: horovodrun chooses its own rendezvous and "

@@ -102,9 +102,11 @@ class _Job:
             if self.output.broken.is_set():
                 return BROKEN_PIPE_STATUS, None
             codes = [self.exitcode(local) for local in range(len(self.procs))]
-            failed = [(local, c) for local, c in enumerate(codes) if c not in (None, 0)]
+            failed = [(local, c) for local, c in enumerate(codes) if c is not None and c != 0]
             if failed:
-                return self.failure(*failed[0])
+                # seen in the same look: a rank a signal killed is the likelier cause of the others'
+                # exits (they lost it) than the other way round
+                return self.failure(*min(failed, key=lambda lc: (lc[1] > 0, lc[0])))
             if all(c == 0 for c in codes):
                 return 0, None
             if time.monotonic() - last_reap > 1.0:

@@ -128,6 +128,12 @@ class NativeComm:
             group = "world" if self.key == "world" else str(list(self.ranks))
             marks.write(step.seq, what.encode(), group.encode()[:40])
 
+    def _unmark(self) -> None:
+        """The call returned: the launcher must not name it as the one a killed rank was in."""
+        marks = self.guard.marks
+        if marks is not None:
+            marks.done()
+
     def _wait(self, work: Callable[[], Work | tuple[Work, Work]], what: str, *tensors: torch.Tensor) -> None:
         self._mark(what)
         inflight = self.inflight
@@ -148,6 +154,7 @@ class NativeComm:
         if not done:
             del work  # it reaches the group, whose connections the failure closes
             raise self._failed(what, failure, lost, began) from failure
+        self._unmark()
 
     def _run(self, start: Callable[[list[torch.Tensor], Any], Work], t: torch.Tensor, opts: object, what: str) -> None:
         """``_wait`` for the one-tensor calls, without its closures (the hot path)."""
@@ -173,6 +180,7 @@ class NativeComm:
         if not done:
             del start  # a bound method of the group, whose connections the failure closes
             raise self._failed(what, failure, lost, began) from failure
+        self._unmark()
 
     def _finish_all(self, started: Work | tuple[Work, Work]) -> Lost | None:
         for work in started if isinstance(started, tuple) else (started,):
