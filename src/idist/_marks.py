@@ -14,7 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 MARKS_VAR = "IDIST_STALL_MARKS"
 #: the memory file's name, checked by a rank before it writes (a descriptor number it inherited
@@ -71,14 +71,15 @@ class Marks:
             raise OSError(f"no stall-mark slot {slot}")
         self._seq = 0
 
-    def write(self, seq: int, call: bytes, group: bytes) -> None:
-        """The rank enters call number ``seq`` (> 0)."""
-        _RECORD.pack_into(self._map, self._offset, seq, call, group)
+    def write(self, seq: int, call: str | None, key: str = "world", ranks: Sequence[int] = ()) -> None:
+        """The rank enters call number ``seq`` (> 0), ``call`` on the group ``key`` of ``ranks``, or,
+        with ``call=None``, the call last written returned: it is no longer in flight."""
+        if call is None:
+            _SEQ.pack_into(self._map, self._offset, -self._seq)
+            return
+        group = "world" if key == "world" else str(list(ranks))
+        _RECORD.pack_into(self._map, self._offset, seq, call.encode(), group.encode()[:40])
         self._seq = seq
-
-    def done(self) -> None:
-        """The call last written returned: it is no longer in flight."""
-        _SEQ.pack_into(self._map, self._offset, -self._seq)
 
 
 _mine: list[Marks | None] = []

@@ -15,8 +15,13 @@ import shutil
 import sys
 from typing import Any
 
+import torch
+
 from .. import _netif
-from ._plan import MAX_LOCAL_RANKS, MAX_WORLD_SIZE
+from .._backends.native._liveness import limit_from
+from ._hvd_cli import run_horovodrun
+from ._plan import MAX_LOCAL_RANKS, MAX_WORLD_SIZE, LaunchPlan
+from ._scripts import run_script
 
 #: Status for a command line that cannot work (as argparse uses).
 USAGE_ERROR = 2
@@ -105,9 +110,6 @@ def _check_times(a: argparse.Namespace) -> dict[str, str]:
             raise UsageError(f"--rdzv-timeout must be a number of seconds > 0, got {a.rdzv_timeout!r}")
         env["IDIST_RDZV_TIMEOUT"] = repr(a.rdzv_timeout)
     if a.liveness is not None:
-        # deferred: the liveness module imports torch's store bindings, needed only with the flag
-        from .._backends.native._liveness import limit_from
-
         try:  # the ranks' own check, once here rather than an error on every rank
             env["IDIST_LIVENESS"] = repr(limit_from(a.liveness, {}))
         except ValueError as exc:
@@ -149,8 +151,6 @@ def _check_backend(a: argparse.Namespace) -> None:
                 "--backend horovod runs one node here; for several hosts call horovodrun -H host1:N,host2:N"
             )
     elif a.backend == "nccl":
-        import torch  # deferred: only this check needs it
-
         if not torch.cuda.is_available():
             raise UsageError("--backend nccl needs CUDA, which this machine does not have; use --backend gloo")
         if torch.cuda.device_count() < a.nproc:
@@ -180,10 +180,6 @@ def run(a: argparse.Namespace) -> int:
     target = ["-m", a.script] if a.module else [a.script]
     if a.backend == "horovod":
         return _run_horovod(a, target)
-    # deferred: the launcher's own modules (the ranks' processes, the output pumps)
-    from ._plan import LaunchPlan
-    from ._scripts import run_script
-
     plan = LaunchPlan(
         nproc_per_node=a.nproc,
         nnodes=a.nnodes,
@@ -200,7 +196,5 @@ def _run_horovod(a: argparse.Namespace, target: list[str]) -> int:
     exe = shutil.which("horovodrun")
     if exe is None:
         raise UsageError("--backend horovod needs horovodrun on PATH: pip install 'idist[horovod]' (see the README)")
-    from ._hvd_cli import run_horovodrun  # deferred: with the rest of the launcher
-
     cmd = [exe, "-np", str(a.nproc), "-H", f"localhost:{a.nproc}", "--gloo", sys.executable, "-u", *target, *a.args]
     return run_horovodrun(cmd)
