@@ -155,13 +155,13 @@ def subreaper() -> Iterator[None]:
 def _prctl(option: int, value: int) -> int:
     """prctl(2) for the subreaper flag: the flag for GET (0 where it cannot be read), else the result."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
         return -1
     if option == PR_GET_CHILD_SUBREAPER:
         out = ctypes.c_int(0)
-        return int(out.value) if libc.prctl(option, ctypes.byref(out), 0, 0, 0) == 0 else 0
-    return int(libc.prctl(option, value, 0, 0, 0))
+        return int(out.value) if prctl(option, ctypes.byref(out), 0, 0, 0) == 0 else 0
+    return int(prctl(option, value, 0, 0, 0))
 
 
 def reap_orphans(keep: Collection[int]) -> None:
