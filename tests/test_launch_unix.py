@@ -123,6 +123,13 @@ def test_progress_lines_pass_through_as_they_come(tmp_path: Path) -> None:
     assert (seen + rest).startswith(b"\r[rank0]:step 1\r[rank0]:step 2\n"), seen + rest
 
 
+def test_a_line_printed_in_pieces_stays_whole(tmp_path: Path) -> None:
+    proc = subprocess.run([*RUN, "-n", "2", RANK, "pieces", str(tmp_path / "m")], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=120, env=clean_env(), check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == ["[rank1]:a line of rank 1", "[rank0]:first half, second half"], proc.stdout
+
+
 def test_with_stdout_closed_the_job_runs_and_ends_cleanly(tmp_path: Path) -> None:
     mark = tmp_path / "m"
     proc = subprocess.run(

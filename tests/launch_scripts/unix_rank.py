@@ -11,6 +11,7 @@ where ``MARK.<rank>...`` are files the test reads:
 * ``progress MARK``: ``\\rstep 1`` on stderr, unended, until ``MARK.go`` exists, then ``\\rstep 2\\n``.
 * ``stdin MARK``: rank 0 asks ``name? `` and greets; every rank says what its stdin is.
 * ``pdb MARK``: ``breakpoint()`` on every rank, then ``after <rank>``.
+* ``pieces MARK``: rank 0 writes a line in two pieces with rank 1's line in between.
 """
 
 from __future__ import annotations
@@ -62,6 +63,21 @@ elif mode == "stdin":
     print(f"rank {rank} stdin: {'/dev/null' if is_null else 'terminal' if os.isatty(0) else 'a pipe or file'}")
     if rank == 0 and not is_null:
         print(f"hello {input('name? ')}")
+elif mode == "pieces":
+    if rank == 0:
+        sys.stdout.write("first half")
+        sys.stdout.flush()
+        deadline = time.monotonic() + 60
+        while not Path(f"{mark}.1.done").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # rank 1's line is out by now
+        sys.stdout.write(", second half\n")
+    else:
+        while not Path(f"{mark}.0").exists():
+            time.sleep(0.01)
+        time.sleep(0.3)
+        print("a line of rank 1", flush=True)
+        Path(f"{mark}.1.done").touch()
 elif mode == "pdb":
     x = 6 + rank
     breakpoint()

@@ -2,10 +2,11 @@
 
 A thread per stream reads what the rank wrote and writes it to the launcher's stdout or stderr
 with ``[rankN]:`` before each line. A line goes out when it ends (``\\n``, or ``\\r``, so a progress
-bar moves as it draws); a line left unended for ``HOLD`` seconds (a prompt) goes out as far as it
-goes, and a line of another rank never lands inside it. A slow reader blocks the writes, and the
-ranks with them: nothing is dropped. A reader that closed (``| head``) sets ``broken``; each stream
-is read to its end, or, once the job is over, until it stays silent for ``IDLE_AFTER_END``.
+bar moves as it draws); a bar's state, or a prompt of the rank reading the terminal, left
+unended for ``HOLD`` seconds goes out as far as it goes; a line of another rank never lands in it.
+A slow reader blocks the writes, and the ranks with them: nothing is dropped. A reader that
+closed (``| head``) sets ``broken``. Each stream is read to its end, or, once the job is over,
+until it stays silent for ``IDLE_AFTER_END``.
 """
 
 from __future__ import annotations
@@ -118,14 +119,20 @@ class Pump(threading.Thread):
 
     def run(self) -> None:
         held = b""
+        after_cr = False  # the last byte written was "\r": what is held is a progress bar's next state
         quiet_since = time.monotonic()
         try:
             while True:
-                ready, _, _ = select.select([self.fd], [], [], HOLD if held else 0.25)
+                # An unended line goes out unended only where it may never end: a progress bar, a
+                # prompt of the rank that reads the terminal. Elsewhere it waits for its end (a
+                # rank that prints in pieces, and is slowed by the machine, keeps its line whole).
+                shows = bool(held) and (after_cr or self.stream.echoed or held.endswith(b"\r"))
+                ready, _, _ = select.select([self.fd], [], [], HOLD if shows else 0.25)
                 if not ready:
-                    if held and not self.sink.write(self.stream, held, prompt=True):
-                        return
-                    held = b""
+                    if shows:
+                        if not self.sink.write(self.stream, held, prompt=True):
+                            return
+                        held, after_cr = b"", False
                     if self._ending.is_set() and time.monotonic() - quiet_since >= IDLE_AFTER_END:
                         return  # held open by a process that left the job
                     continue
@@ -141,6 +148,7 @@ class Pump(threading.Thread):
                     continue
                 cut = cut or len(data)
                 held = data[cut:]
+                after_cr = data[cut - 1 : cut] == b"\r"
                 if not self.sink.write(self.stream, data[:cut]):
                     return
         finally:
