@@ -1,14 +1,16 @@
 """``idist run --backend horovod``: horovodrun, started and watched like a rank, with nothing of it left.
 
-horovodrun leads a session of its own and gets SIGTERM when the launcher dies, even by SIGKILL (its
-handler then stops its ranks, and its helpers stop theirs when it is gone). A SIGINT, SIGTERM or
-SIGHUP to the launcher is passed on as SIGTERM; a second one, or ``GRACE_SECONDS`` without an end,
-and the launcher ends every process below it itself: it is their subreaper, so horovod's ranks,
-which lead sessions of their own, stay below it. The status is horovodrun's (128 + N for signal N).
+horovodrun leads a session of its own and gets SIGTERM when the launcher dies (its handler then
+stops its ranks). A SIGINT, SIGTERM or SIGHUP to the launcher is passed on as SIGTERM; a second
+one, or ``GRACE_SECONDS`` without an end, and the launcher ends every process below it itself:
+it is their subreaper, so horovod's ranks, in sessions of horovod's making, stay below it. The
+sweeper learns those sessions as they appear, and SIGKILLs them if the launcher is killed
+outright. The status is horovodrun's (128 + N for signal N).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -44,20 +46,31 @@ def run_horovodrun(cmd: list[str]) -> int:
         received.append(signum)
 
     with _sessions.subreaper(), handled_signals(on_signal):
+        sweeper = _sessions.Sweeper()
+        leave = () if sweeper.pid is None else (sweeper.pid,)
         proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=death_signal(signal.SIGTERM))
         try:
+            sweeper.watch(proc.pid)
             deadline: float | None = None
+            seen = {proc.pid, os.getsid(0)}
+            looked = 0.0
             while proc.poll() is None:
                 if received and deadline is None:
                     proc.send_signal(signal.SIGTERM)
                     deadline = time.monotonic() + GRACE_SECONDS
                 if deadline is not None and (len(received) > 1 or time.monotonic() > deadline):
                     break
+                if time.monotonic() - looked > 0.5:  # the sessions horovod made for its ranks
+                    looked = time.monotonic()
+                    for session in _sessions.sessions_of(_sessions.descendants(leave)) - seen:
+                        sweeper.watch(session)
+                        seen.add(session)
                 time.sleep(0.05)
         finally:
-            _end_below(())
+            _end_below(leave)
             proc.wait()
-            _sessions.reap_orphans(())
+            _sessions.reap_orphans(leave)
+            sweeper.close()
     if received:
         return 128 + received[0]
     code = proc.returncode

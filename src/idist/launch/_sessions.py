@@ -77,6 +77,11 @@ def descendants(leave: Collection[int] = ()) -> list[int]:
     return found
 
 
+def sessions_of(pids: Collection[int]) -> set[int]:
+    """The sessions that ``pids`` (those still there) belong to."""
+    return {st[1] for pid in pids if (st := stat(pid)) is not None}
+
+
 def _send(pid: int, sig: int, belongs: Callable[[tuple[int, int, int, str]], bool]) -> None:
     """``sig`` to ``pid`` if it still ``belongs`` (checked through a pidfd where the kernel has
     them, so that a pid reused in between is never signalled)."""
@@ -199,6 +204,10 @@ class Sweeper:
             )
         except OSError:
             self._proc = None  # no sweeper: the rest of the clean-up still runs
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
 
     def watch(self, session: int) -> None:
         self._say(f"{session}\n")
