@@ -70,6 +70,8 @@ class _Job:
         self.stopping = False
         #: a signal while the job is being stopped: SIGKILL now, and stop waiting for the reader
         self.hurry = threading.Event()
+        #: children of the launcher that are not ranks (the sweeper): never reaped here
+        self.keep: list[int] = []
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals.append(signum)
@@ -110,7 +112,7 @@ class _Job:
             if all(c == 0 for c in codes):
                 return 0, None
             if time.monotonic() - last_reap > 1.0:
-                _sessions.reap_orphans(self.sessions)
+                _sessions.reap_orphans([*self.sessions, *self.keep])
                 last_reap = time.monotonic()
             time.sleep(0.05)
 
@@ -135,7 +137,7 @@ class _Job:
         _sessions.end(self.sessions, GRACE_SECONDS, self.hurry)
         for p in self.procs:
             p.wait()
-        _sessions.reap_orphans(())
+        _sessions.reap_orphans(self.keep)
 
 
 def _pipe() -> tuple[int, int]:
@@ -191,6 +193,7 @@ def run_script(
     status, said = 1, None
     with _sessions.subreaper(), handled_signals(job.on_signal):
         sweeper = _sessions.Sweeper()
+        job.keep += [] if sweeper.pid is None else [sweeper.pid]
         pipes: list[tuple[bytes, int, int, bool]] = []
         try:
             for local in range(plan.nproc_per_node):
@@ -240,6 +243,8 @@ def run_script(
                 os.close(err_r)
             job.end()
             job.output.drain(job.hurry)
+            if status == 0 and job.signals:  # a signal cut the output short
+                status = 128 + job.signals[0]
             if said is not None:
                 job.output.say(said)
             sweeper.close()
