@@ -242,6 +242,7 @@ def test_breakpoint_stops_one_rank_under_a_terminal(tmp_path: Path, pdb_rank: in
         os.write(tty, b"c\n")
         seen += _read_until(tty, f"after {debugged}".encode(), 60)
         assert proc.wait(60) == 0, seen
+        seen += _read_until(tty, b"(the rest, up to the terminal's end)", 5)
         text = seen.decode()
         assert f"[rank{debugged}]:{(6 + debugged) * 7}" in text and f"[rank{1 - debugged}]:after {1 - debugged}" in text
         assert f"[rank{1 - debugged}]:(Pdb)" not in text, text  # the other rank skipped its breakpoint()
