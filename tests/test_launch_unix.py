@@ -246,3 +246,17 @@ def test_breakpoint_stops_one_rank_under_a_terminal(tmp_path: Path, pdb_rank: in
         text = seen.decode()
         assert f"[rank{debugged}]:{(6 + debugged) * 7}" in text and f"[rank{1 - debugged}]:after {1 - debugged}" in text
         assert f"[rank{1 - debugged}]:(Pdb)" not in text, text  # the other rank skipped its breakpoint()
+
+
+def test_pdb_rank_debugs_an_uncaught_exception_while_the_others_are_stopped(tmp_path: Path) -> None:
+    """``--pdb-rank 1``: rank 1 reads stdin (here a pipe), opens pdb on its uncaught exception, and the
+    launcher waits for it although rank 0 failed first (and was reported, and its rank stopped)."""
+    proc = subprocess.run([*RUN, "-n", "2", "--pdb-rank", "1", RANK, "raise", str(tmp_path / "m")],
+                          input="p x * 2\nq\n", capture_output=True, text=True, timeout=120, env=clean_env(),
+                          check=False)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "[rank1]:(Pdb) 12" in proc.stdout, proc.stdout
+    assert (
+        "idist run: rank 0 (local rank 0) exited with code 1; stopping the others but the debugged rank" in proc.stderr
+    )
+    assert "[rank1]:ValueError: rank 1 fails" in proc.stderr and "_pdb_rank.py" not in proc.stderr, proc.stderr

@@ -12,6 +12,7 @@ where ``MARK.<rank>...`` are files the test reads:
 * ``stdin MARK``: rank 0 asks ``name? `` and greets; every rank says what its stdin is.
 * ``pdb MARK``: ``breakpoint()`` on every rank, then ``after <rank>``.
 * ``pieces MARK``: rank 0 writes a line in two pieces with rank 1's line in between.
+* ``raise MARK``: every rank raises (``x = 5 + rank`` first), rank 1 after rank 0 did.
 """
 
 from __future__ import annotations
@@ -78,6 +79,14 @@ elif mode == "pieces":
         time.sleep(0.3)
         print("a line of rank 1", flush=True)
         Path(f"{mark}.1.done").touch()
+elif mode == "raise":
+    x = 5 + rank
+    if rank == 1:
+        while not Path(f"{mark}.0.raising").exists():
+            time.sleep(0.01)
+        time.sleep(0.5)  # rank 0 has failed, and its launcher has seen it
+    Path(f"{mark}.{rank}.raising").touch()
+    raise ValueError(f"rank {rank} fails")
 elif mode == "pdb":
     x = 6 + rank
     breakpoint()

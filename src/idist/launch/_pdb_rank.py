@@ -32,7 +32,8 @@ def main(argv: list[str]) -> int:
     except bdb.BdbQuit:
         return 1  # quit from a breakpoint
     except BaseException as exc:
-        traceback.print_exc()
+        assert exc.__traceback__ is not None
+        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)  # from runpy on, as python's
         sys.stdout.flush()
         print("idist run --pdb-rank: uncaught exception; post-mortem debugging (q quits)", file=sys.stderr, flush=True)
         pdb.post_mortem(exc.__traceback__)

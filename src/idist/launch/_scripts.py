@@ -72,6 +72,8 @@ class _Job:
         self.hurry = threading.Event()
         #: children of the launcher that are not ranks (the sweeper): never reaped here
         self.keep: list[int] = []
+        #: the local index of the rank under --pdb-rank, when it runs here
+        self.spare: int | None = None
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals.append(signum)
@@ -95,8 +97,10 @@ class _Job:
 
     def watch(self) -> tuple[int, str | None]:
         """Wait until every rank exited, one failed, a signal came or the reader left: the
-        launcher's status, and what to say about it."""
+        launcher's status, and what to say about it. A rank being debugged (``spare``) is left to
+        its debugger when another fails: the others are stopped, and the launcher waits for it."""
         last_reap = time.monotonic()
+        first: tuple[int, str] | None = None
         while True:
             if self.signals:
                 received = signal.Signals(self.signals[0])
@@ -104,11 +108,20 @@ class _Job:
             if self.output.broken.is_set():
                 return BROKEN_PIPE_STATUS, None
             codes = [self.exitcode(local) for local in range(len(self.procs))]
+            if first is not None:
+                if self.spare is not None and codes[self.spare] is None:
+                    time.sleep(0.05)
+                    continue
+                return first
             failed = [(local, c) for local, c in enumerate(codes) if c is not None and c != 0]
             if failed:
                 # seen in the same look: a rank a signal killed is the likelier cause of the others'
                 # exits (they lost it) than the other way round
-                return self.failure(*min(failed, key=lambda lc: (lc[1] > 0, lc[0])))
+                first = self.failure(*min(failed, key=lambda lc: (lc[1] > 0, lc[0])))
+                if self.spare is not None and codes[self.spare] is None:
+                    self.output.say(first[1].replace("stopped the others", "stopping the others but the debugged rank"))
+                    _sessions.end([p.pid for i, p in enumerate(self.procs) if i != self.spare], GRACE_SECONDS)
+                continue
             if all(c == 0 for c in codes):
                 return 0, None
             if time.monotonic() - last_reap > 1.0:
@@ -210,6 +223,8 @@ def run_script(
                     MASTER_PORT=str(port),
                 )
                 reads = t.rank == stdin_rank
+                if reads and pdb:
+                    job.spare = local
                 if not reads:
                     env.setdefault("PYTHONBREAKPOINT", "0")  # no terminal to debug with
                 if marks is not None:
