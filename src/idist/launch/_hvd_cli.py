@@ -3,9 +3,10 @@
 horovodrun leads a session of its own and gets SIGTERM when the launcher dies (its handler then
 stops its ranks). A SIGINT, SIGTERM or SIGHUP to the launcher is passed on as SIGTERM; a second
 one, or ``GRACE_SECONDS`` without an end, and the launcher ends every process below it itself:
-it is their subreaper, so horovod's ranks, in sessions of horovod's making, stay below it. The
-sweeper learns those sessions as they appear, and SIGKILLs them if the launcher is killed
-outright. The status is horovodrun's (128 + N for signal N).
+it is their subreaper, so horovod's ranks, in sessions of horovod's making, stay below it. If
+the launcher is killed outright, the sweeper SIGKILLs horovodrun and everything below it, and
+the sessions they are in (also those it was told as they appeared, should horovodrun be gone).
+The status is horovodrun's (128 + N for signal N).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def run_horovodrun(cmd: list[str]) -> int:
         proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=death_signal(signal.SIGTERM))
         try:
             sweeper.watch(proc.pid)
+            sweeper.watch_tree(proc.pid)
             deadline: float | None = None
             seen = {proc.pid, os.getsid(0)}
             looked = 0.0

@@ -62,14 +62,16 @@ def children() -> list[int]:
     return [pid for pid in _pids() if (st := stat(pid)) is not None and st[0] == me]
 
 
-def descendants(leave: Collection[int] = ()) -> list[int]:
-    """The live processes below this one (its children, theirs...), those in ``leave`` and below left out."""
+def descendants(leave: Collection[int] = (), roots: Collection[int] = ()) -> list[int]:
+    """The live processes below this one (or below ``roots``: their children, theirs...), those in
+    ``leave`` and below left out."""
     below: dict[int, list[int]] = {}
     for pid in _pids():
         st = stat(pid)
         if st is not None and st[3] != "Z":
             below.setdefault(st[0], []).append(pid)
-    found, todo = [], [p for p in below.get(os.getpid(), []) if p not in leave]
+    starts = [c for r in roots or [os.getpid()] for c in below.get(r, [])]
+    found, todo = [], [p for p in starts if p not in leave]
     while todo:
         pid = todo.pop()
         found.append(pid)
@@ -210,7 +212,13 @@ class Sweeper:
         return None if self._proc is None else self._proc.pid
 
     def watch(self, session: int) -> None:
+        """Sweep this session."""
         self._say(f"{session}\n")
+
+    def watch_tree(self, pid: int) -> None:
+        """Sweep this process and everything below it when the sweep comes (the sessions they are
+        in): for a launcher such as horovodrun, which starts its ranks in sessions of its own."""
+        self._say(f"T{pid}\n")
 
     def _say(self, line: str) -> None:
         proc = self._proc
@@ -238,6 +246,7 @@ def _sweeper(launcher: int) -> None:
     """The sweeper: sessions arrive on stdin, one per line; ``done`` ends it; its launcher's death
     (its pidfd, its parent pid, or stdin closed without ``done``) makes it SIGKILL them all."""
     sessions: set[int] = set()
+    trees: set[int] = set()
     try:
         pidfd = os.pidfd_open(launcher)
     except (AttributeError, OSError):
@@ -255,11 +264,15 @@ def _sweeper(launcher: int) -> None:
                     return
                 if line.isdigit():
                     sessions.add(int(line))
+                elif line[:1] == b"T" and line[1:].isdigit():
+                    trees.add(int(line[1:]))
             if data:
                 continue
         elif pidfd not in ready and os.getppid() == launcher:
             continue
-        end(sessions, grace=0)
+        # the whole tree first: a process killed before its children are found orphans them
+        below = [*trees, *descendants(roots=trees)] if trees else []
+        end(sessions | sessions_of(below), grace=0)
         return
 
 
