@@ -149,6 +149,12 @@ def test_every_child_of_a_rank_ends_with_the_job_but_a_detached_one(tmp_path: Pa
                             stderr=subprocess.PIPE, text=True, env=clean_env())  # fmt: skip
     try:
         _wait_file(Path(f"{mark}.1.child"), proc)
+        _wait_file(Path(f"{mark}.0.detached"), proc)
+        assert wait_gone([int(Path(f"{mark}.0").read_text())], timeout=60) == []
+        # rank 0 is gone: the launcher adopted its child (a subreaper), init did not
+        orphan = int(Path(f"{mark}.0.child").read_text())
+        assert Path(f"/proc/{orphan}/stat").read_text().rsplit(")", 1)[1].split()[1] == str(proc.pid)
+        Path(f"{mark}.go").touch()
         started = time.monotonic()
         _, err = proc.communicate(timeout=60)
         took = time.monotonic() - started

@@ -6,7 +6,7 @@ where ``MARK.<rank>...`` are files the test reads:
 * ``burst MARK N``: N lines of 80 bytes on stdout, then ``LAST LINE <rank>``; then ``MARK.<rank>.done``.
 * ``children MARK``: a ``sleep`` in the background (pid in ``MARK.<rank>.child``); rank 0 also a
   detached one (``start_new_session=True``, holding stdout: ``MARK.0.detached``); then rank 0
-  exits 0 and rank 1 raises.
+  exits 0, and rank 1 raises once ``MARK.go`` exists.
 * ``sleepers MARK``: a background ``sleep`` each (``MARK.<rank>.child``), then sleep (kill tests).
 * ``progress MARK``: ``\\rstep 1`` on stderr, unended, until ``MARK.go`` exists, then ``\\rstep 2\\n``.
 * ``stdin MARK``: rank 0 asks ``name? `` and greets; every rank says what its stdin is.
@@ -45,7 +45,9 @@ elif mode == "children":
     if rank == 0:
         background("detached", start_new_session=True)  # keeps the rank's stdout open
         sys.exit(0)
-    time.sleep(0.5)
+    deadline = time.monotonic() + 60
+    while not Path(f"{mark}.go").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
     raise RuntimeError("rank 1 fails after starting a child")
 elif mode == "sleepers":
     background("child", stdout=subprocess.DEVNULL)
