@@ -290,5 +290,6 @@ def test_an_unpicklable_fn_says_how_to_fix_it() -> None:
 
 def test_env_of_the_parent_is_unchanged() -> None:
     before = dict(os.environ)
-    idist.spawn(launch_fns.add, args=(0,), nprocs=1)
+    # forkserver: the ranks are the server's children, not ours (they are watched all the same)
+    assert idist.spawn(launch_fns.add, args=(0,), nprocs=2, start_method="forkserver") == [0, 1]
     assert dict(os.environ) == before

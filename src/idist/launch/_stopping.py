@@ -48,8 +48,8 @@ class Rank:
         if self.exitcode is None and pid is not None:
             try:
                 info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:  # reaped already (multiprocessing's clean-up of its children)
-                self.exitcode = self.process.exitcode if self.process.exitcode is not None else 0
+            except ChildProcessError:  # not ours (a forkserver's), or reaped by multiprocessing already
+                self.exitcode = self.process.exitcode
             else:
                 if info is not None:
                     self.exitcode = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
