@@ -24,6 +24,8 @@ HOLD = 0.05
 #: detached from the job on purpose may hold it open)
 IDLE_AFTER_END = 0.5
 _CHUNK = 1 << 16
+#: seconds a stream that trickles waits before it is read again
+GATHER = 0.002
 _BREAK = re.compile(rb"(\r\n|\n|\r)")
 
 
@@ -151,6 +153,10 @@ class Pump(threading.Thread):
                 after_cr = data[cut - 1 : cut] == b"\r"
                 if not self.sink.write(self.stream, data[:cut]):
                     return
+                if len(data) < _CHUNK // 4:
+                    # a trickle: let it gather for a moment (a rank that prints a line at a time
+                    # would otherwise cost a wake-up, a read and a write per line)
+                    time.sleep(GATHER)
         finally:
             if held or not self.stream.at_start:
                 self.sink.write(self.stream, held + (b"\n" if not held.endswith(b"\n") else b""))
