@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar, cast
 
 import attrs
@@ -20,6 +21,7 @@ from ..._topology import Topology
 from . import _rendezvous
 from ._comm import NativeComm, PGLike
 from ._guard import Guard, checked_from_env
+from ._inflight import InFlight, Unheld
 from ._liveness import attempt, heartbeat, limit_from
 
 if TYPE_CHECKING:
@@ -30,6 +32,8 @@ C = TypeVar("C", bound="NativeContext")
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
 LOOPBACK = "127.0.0.1"
 
+#: makes group rank ``r``'s process group of the global ``ranks`` (an in-process transport's)
+GroupMaker = Callable[[tuple[int, ...], int], PGLike]
 #: ids of the default groups that an idist context created: those are never "adopted"
 #: by another thread's current(), which must not see a context scoped elsewhere.
 CREATED: set[int] = set()
@@ -84,8 +88,10 @@ def _build(
     checked: bool | None = None,
     bind: str | None = None,
     liveness: float = 0.0,
+    groups: GroupMaker | None = None,
 ) -> C:
-    """The context over ``pg``; ``liveness`` is the limit in seconds of its heartbeat (0: none)."""
+    """The context over ``pg``; ``liveness`` is the limit in seconds of its heartbeat (0: none);
+    ``groups`` makes its subgroups' process groups (None: gloo over ``store``)."""
     beat = heartbeat(store, info, liveness)
     device = _device(name, info.topology.local_rank)
     t = info.topology
@@ -109,6 +115,7 @@ def _build(
         flat=name != "mpi",
         default_group=owns_default,
         slice=sliced,
+        inflight=InFlight() if groups is None else Unheld(),
     )
     state = ContextState(world)
     ctx = cls(
@@ -120,6 +127,7 @@ def _build(
         bind_address=bind,
         _store=store,
         _owns_default=owns_default,
+        _groups=groups,
         _state=state,
     )
     if beat is not None:
@@ -242,15 +250,21 @@ def create_in_process(
     world_size: int,
     timeout: float | datetime.timedelta | None,
     checked: bool | None,
+    groups: GroupMaker | None = None,
 ) -> C:
-    """A gloo context over ``store`` that does not touch torch's default group (see NativeContext)."""
+    """A gloo context over ``store`` that does not touch torch's default group (see NativeContext);
+    with ``groups``, its process groups (the world's and every subgroup's) come from there."""
     if not 0 <= rank < world_size:
         raise LaunchEnvironmentError(f"rank={rank} is outside 0..{world_size - 1}")
     td = _timeout(timeout)
-    opts = ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private in torch's stubs
-    opts._timeout = td
-    opts._devices = [ProcessGroupGloo.create_device(hostname=LOOPBACK)]  # in-process: loopback only
-    pg = cast(PGLike, ProcessGroupGloo(PrefixStore("idist/world", store), rank, world_size, opts))
+    pg: PGLike
+    if groups is not None:
+        pg = groups(tuple(range(world_size)), rank)
+    else:
+        opts = ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private in torch's stubs
+        opts._timeout = td
+        opts._devices = [ProcessGroupGloo.create_device(hostname=LOOPBACK)]  # in-process: loopback only
+        pg = cast(PGLike, ProcessGroupGloo(PrefixStore("idist/world", store), rank, world_size, opts))
     info = _explicit_info(rank, world_size, None, None)
     info = attrs.evolve(info, launcher="simulated", decided_by={"world": "in-process store"})
-    return _build(cls, "gloo", pg, store, info, td, owns_default=False, checked=checked, bind=LOOPBACK)
+    return _build(cls, "gloo", pg, store, info, td, owns_default=False, checked=checked, bind=LOOPBACK, groups=groups)

@@ -115,6 +115,10 @@ class Guard:
     marks: Marks | None = None
     #: the one-element tensor two ranks sum their call hashes in (see ``check``)
     check_sum: torch.Tensor = attrs.Factory(lambda: torch.zeros((), dtype=torch.float64))
+    #: how long a checked collective waits for every rank (a simulated world: its run's timeout)
+    checked_wait: datetime.timedelta = attrs.Factory(lambda: datetime.timedelta(seconds=CHECKED_WAIT))
+    #: how long a failing rank waits for its peers' stall reports (in one process: moments)
+    stall_grace: float = STALL_GRACE
 
     @property
     def timeout(self) -> datetime.timedelta:
@@ -138,8 +142,10 @@ class Guard:
         the sum is twice this rank's hash, the same answer on both; a rank with an error sends
         NaN); more ranks gather 8-byte hashes. Any difference gathers the calls for the report.
         """
-        wait = self.sections[-1] if self.sections else datetime.timedelta(seconds=CHECKED_WAIT)
+        wait = self.sections[-1] if self.sections else self.checked_wait
         self.sections.append(wait)  # an absent rank is named after this wait, not the group's timeout
+        call = fp.split(_SEP, 1)[0]
+        comm.calling = call  # a failure names the user's call, not the comparison's collective
         try:
             if (_same_on_two if len(comm.ranks) == 2 else _same_on_all)(comm, fp, error):
                 return
@@ -148,7 +154,7 @@ class Guard:
             bufs = _exchange.gather_frames(comm, frame)
         finally:
             self.sections.pop()
-        call = fp.split(_SEP, 1)[0]
+            comm.calling = None
         prints = [str(v).split(_SEP) for v in _exchange.decode_all(comm, bufs, call)]
         if any(p[:_COMPARED] != prints[0][:_COMPARED] for p in prints):
             raise CollectiveMismatchError(f"{call} differs between ranks:\n" + _table(comm.ranks, prints))
@@ -215,7 +221,7 @@ class Guard:
         prefix = f"idist/stall/{comm.key}/"
         seq = comm.lockstep.seq
         keys = [f"{prefix}{seq}/{r}" for r in range(len(comm.ranks))]
-        grace = min(STALL_GRACE, self.timeout.total_seconds())
+        grace = min(self.stall_grace, self.timeout.total_seconds())
 
         def tell() -> bool:
             # also as one collective behind and ahead: a peer there failed with the same fault
