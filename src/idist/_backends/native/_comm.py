@@ -65,15 +65,13 @@ class NativeComm:
     #: nccl's barrier): what a failure and the stall mark name
     calling: str | None = None
 
-    def _mark(self, what: str) -> None:
-        """Count this backend call; with stall marks on, note it where the launcher can read it."""
+    def _mark(self, what: str | None) -> None:
+        """Count this backend call; with stall marks on, note it (None: that it returned) for the launcher."""
         step = self.lockstep
-        step.seq += 1
+        step.seq += 0 if what is None else 1
         marks = self.guard.marks
         if marks is not None:
-            what = self.calling or what
-            group = "world" if self.key == "world" else str(list(self.ranks))
-            marks.write(step.seq, what.encode(), group.encode()[:40])
+            marks.write(step.seq, None if what is None else self.calling or what, self.key, self.ranks)
 
     def _wait(self, work: Callable[[], Work | tuple[Work, Work]], what: str, *tensors: torch.Tensor) -> None:
         self._mark(what)
@@ -95,6 +93,7 @@ class NativeComm:
         if not done:
             del work  # it reaches the group, whose connections the failure closes
             raise self._failed(what, failure, lost, began) from failure
+        self._mark(None)
 
     def _run(self, start: Callable[[list[torch.Tensor], Any], Work], t: torch.Tensor, opts: object, what: str) -> None:
         """``_wait`` for the one-tensor calls, without its closures (the hot path)."""
@@ -120,6 +119,7 @@ class NativeComm:
         if not done:
             del start  # a bound method of the group, whose connections the failure closes
             raise self._failed(what, failure, lost, began) from failure
+        self._mark(None)
 
     def _finish_all(self, started: Work | tuple[Work, Work]) -> Lost | None:
         for work in started if isinstance(started, tuple) else (started,):
