@@ -18,6 +18,7 @@ from ..._errors import CollectiveInputError, IdistError, UnsupportedValueError
 from . import _adopt, _create, _ddp
 from ._comm import NativeComm, PGLike
 from ._guard import describe, fingerprint
+from ._keys import built, group_key
 
 #: dtypes gloo has no kernels for (torch 2.13): broadcast moves their bytes, all_reduce refuses them
 _GLOO_MISSING = frozenset({torch.int16, torch.uint16, torch.uint32, torch.uint64})
@@ -90,7 +91,9 @@ class NativeContext(DistContext[NativeComm]):
                 f"subgroups on a {self.backend} context without a store are not supported; "
                 "create the group with torch.distributed.new_group and pass it as group="
             )
-        store = PrefixStore(f"idist/group/{'-'.join(map(str, ranks))}", self._store)
+        world = self._state.world
+        key = group_key(ranks)  # a fixed length, whatever the group's size
+        store = PrefixStore(f"{world.guard.namespace}/{key}", self._store)
         grank = ranks.index(self.rank)
         pg: Any
         if self.backend == "gloo" and self.bind_address is not None:
@@ -102,8 +105,8 @@ class NativeContext(DistContext[NativeComm]):
             pg = ProcessGroupGloo(store, grank, len(ranks), self.pg_timeout)
         else:
             pg = dist.ProcessGroupNCCL(store, grank, len(ranks), dist.ProcessGroupNCCL.Options())
-        world = self._state.world
-        key = "g" + "-".join(map(str, ranks))
+        if self.backend == "gloo":
+            built(store, len(ranks))  # gloo's rendezvous keys: deleted once every member connected
         return NativeComm(pg, ranks, grank, world.guard, stage=world.stage, key=key, slice=world.slice)
 
     def _native_group_comm(self, group: object) -> NativeComm | None:

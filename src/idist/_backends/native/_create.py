@@ -20,7 +20,8 @@ from ..._topology import Topology
 from . import _rendezvous
 from ._comm import NativeComm, PGLike
 from ._guard import Guard, checked_from_env
-from ._liveness import attempt, heartbeat, limit_from
+from ._keys import namespace
+from ._liveness import heartbeat, limit_from
 
 if TYPE_CHECKING:
     from ._context import NativeContext
@@ -84,19 +85,24 @@ def _build(
     checked: bool | None = None,
     bind: str | None = None,
     liveness: float = 0.0,
+    store_node: int | None = None,
 ) -> C:
-    """The context over ``pg``; ``liveness`` is the limit in seconds of its heartbeat (0: none)."""
-    beat = heartbeat(store, info, liveness)
-    device = _device(name, info.topology.local_rank)
+    """The context over ``pg``; ``liveness`` is the limit in seconds of its heartbeat (0: none);
+    ``store_node`` the node that serves ``store``, when known (else the heartbeat finds it)."""
     t = info.topology
+    ns = namespace(store, t.rank, os.environ) if store is not None else "idist"
+    beat = heartbeat(store, info, liveness, prefix=f"{ns}/live", store_node=store_node)
+    device = _device(name, info.topology.local_rank)
+    nproc = t.nproc_per_node
     guard = Guard(
-        PrefixStore(f"idist/guard/{attempt(os.environ)}", store) if store is not None else None,
+        PrefixStore(f"{ns}/guard", store) if store is not None else None,
         timeout,
         checked=checked_from_env() if checked is None else checked,
-        store_host_ranks=tuple(range(t.nproc_per_node)),
-        nproc_per_node=t.nproc_per_node if t.nnodes > 1 else 0,
+        store_host_ranks=tuple(range(store_node * nproc, (store_node + 1) * nproc)) if store_node is not None else (),
+        nproc_per_node=nproc if t.nnodes > 1 else 0,
         liveness=beat,
         marks=_marks.from_env(os.environ),
+        namespace=ns,
     )
     # gloo's waits can be cut into slices (between two, the watcher is asked about the peers)
     sliced = datetime.timedelta(seconds=beat.interval) if beat is not None and name == "gloo" else None
@@ -183,6 +189,7 @@ def create(
             "adopts it, or call torch.distributed.destroy_process_group() first"
         )
     td = _timeout(timeout)
+    store_node: int | None = None
     explicit = rank is not None or world_size is not None or store is not None
     # an init_method other than env:// is the rendezvous itself: MASTER_* are not needed
     own_rendezvous = init_method is not None and not init_method.startswith("env://")
@@ -212,6 +219,8 @@ def create(
         # Under torchrun the agent already serves the store on MASTER_PORT: every rank is a client.
         agent_store = info.launcher == "torchrun" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
         store = _rendezvous.tcp_store(addr, port, info, info.topology.rank == 0 and not agent_store, td)
+        if not agent_store:
+            store_node = 0  # rank 0 serves it
         if world > 1 and not agent_store:
             _rendezvous.join(store, info, td, f"{addr}:{port}")
     with _rendezvous.gloo_interface(bind):
@@ -224,7 +233,17 @@ def create(
         pg = dist.group.WORLD
         assert pg is not None
         ctx = _build(
-            cls, name, pg, store, info, td, owns_default=True, checked=checked, bind=bind.address, liveness=limit
+            cls,
+            name,
+            pg,
+            store,
+            info,
+            td,
+            owns_default=True,
+            checked=checked,
+            bind=bind.address,
+            liveness=limit,
+            store_node=store_node,
         )
         key = id(pg)  # not pg itself: a broken context drops its last reference (closing its sockets)
         CREATED.add(key)

@@ -27,6 +27,7 @@ from ... import _codec, _exchange
 from ..._errors import CollectiveMismatchError, IdistError
 from ..._marks import Marks
 from ._liveness import Heartbeat, Lost
+from ._tally import Tally
 from ._verdict import Fault, Verdict, bounded, first_line, present, read
 
 if TYPE_CHECKING:
@@ -105,7 +106,8 @@ class Guard:
     sections: list[datetime.timedelta] = attrs.Factory(list)
     #: why the group is broken (every call then raises at once); None while it is usable
     broken: str | None = None
-    #: the ranks on the node that serves the store (named when it stops answering)
+    #: the ranks on the node that serves the store, when known from the start (named when it
+    #: stops answering; else the heartbeat's finding)
     store_host_ranks: tuple[int, ...] = ()
     #: ranks per node, to name the nodes of missing ranks (0 for a one-node job: no node named)
     nproc_per_node: int = 0
@@ -115,6 +117,8 @@ class Guard:
     marks: Marks | None = None
     #: the one-element tensor two ranks sum their call hashes in (see ``check``)
     check_sum: torch.Tensor = attrs.Factory(lambda: torch.zeros((), dtype=torch.float64))
+    #: the context's namespace in the store (``_keys``): its subgroups' keys live there too
+    namespace: str = "idist"
 
     @property
     def timeout(self) -> datetime.timedelta:
@@ -207,30 +211,35 @@ class Guard:
         return attrs.evolve(base, fault=Fault.TIMEOUT if timed_out else Fault.LOST, backend=said)
 
     def report(self, comm: NativeComm, verdict: Verdict) -> Verdict:
-        """``verdict`` with the ranks that did not reach this collective: this rank records that it
-        arrived and waits briefly for the others' records (each bounded: the store may be gone)."""
+        """``verdict`` with the ranks that did not reach this collective: this rank counts itself
+        in (``Tally``: O(1) requests) and waits briefly for the count to complete; if it does not,
+        one rank reads who came and posts who did not. Each step bounded: the store may be gone."""
         store = self.store
         if store is None:
             return verdict
-        prefix = f"idist/stall/{comm.key}/"
-        seq = comm.lockstep.seq
-        keys = [f"{prefix}{seq}/{r}" for r in range(len(comm.ranks))]
+        seq, size = comm.lockstep.seq, len(comm.ranks)
+        tallies = {s: Tally(store, f"stall/{comm.key}/{s}", size) for s in (seq - 1, seq, seq + 1)}
         grace = min(STALL_GRACE, self.timeout.total_seconds())
 
         def tell() -> bool:
             # also as one collective behind and ahead: a peer there failed with the same fault
             # (its part of the last collective still in flight when it came, or already done)
-            for s in (seq, seq - 1, seq + 1):
-                store.set(f"{prefix}{s}/{comm.group_rank}", "1")
+            for tally in tallies.values():
+                tally.arrive(comm.group_rank)
             return True
 
-        told = bounded(tell, 1.0)
-        arrived = bounded(lambda: present(store, keys, grace), grace + 1.0) if told else None
-        if arrived is not None:
-            return attrs.evolve(verdict, missing=tuple(comm.ranks[r] for r, ok in enumerate(arrived) if not ok))
+        def absent() -> list[int]:
+            tally = tallies[seq]
+            return [] if tally.wait(grace) else tally.missing(1.0)
+
+        missing = bounded(absent, grace + 3.0) if bounded(tell, 1.0) else None
+        if missing is not None:
+            return attrs.evolve(verdict, missing=tuple(comm.ranks[r] for r in missing))
         me = comm.ranks[comm.group_rank]
-        gone = tuple(r for r in comm.ranks if r in self.store_host_ranks and r != me)
-        why = "the rendezvous store on node 0 did not answer: that node is lost or unreachable"
+        served = (self.liveness.store_ranks if self.liveness is not None else ()) or self.store_host_ranks
+        gone = tuple(r for r in comm.ranks if r in served and r != me)
+        at = f" at {self.liveness.where}" if self.liveness is not None and self.liveness.where else ""
+        why = f"the store{at} did not answer: its node is lost or unreachable"
         return attrs.evolve(verdict, missing=gone, why=why)
 
 

@@ -1,0 +1,92 @@
+"""Counting who arrived at an event, in O(1) store requests per member.
+
+Each member appends its index to the event's list and adds one to its counter (``arrive``); the
+member that completes the count marks the event complete. Waiting reads the counter (or blocks
+on the mark), never every member's key. Only when some member is missing does ONE member read
+the list (``missing``) and post the absent ones, which the others read: naming the missing costs
+one read of the list in all, instead of a key per member for every member.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from typing import Protocol, cast
+
+import attrs
+from torch._C._distributed_c10d import Store
+
+from ._pulse import read1
+
+
+class _Appends(Protocol):
+    def append(self, key: str, value: str, /) -> None: ...  # in torch, missing from its stubs
+
+
+#: how often a waiting member reads the counter, at first and at most
+_FIRST_POLL, _MAX_POLL = 0.01, 0.2
+
+
+@attrs.frozen
+class Tally:
+    """Arrivals of ``size`` members (indices 0..size-1) at one event, under ``prefix``."""
+
+    store: Store
+    prefix: str
+    size: int
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every key the tally may write (to delete it once nobody reads it)."""
+        return tuple(f"{self.prefix}/{k}" for k in ("who", "n", "all", "diag", "missing"))
+
+    def arrive(self, member: int) -> int:
+        """Record ``member`` (three requests, the last member four); the count so far."""
+        cast(_Appends, self.store).append(f"{self.prefix}/who", f"{member},")
+        count = self.store.add(f"{self.prefix}/n", 1)
+        if count == self.size:
+            self.store.set(f"{self.prefix}/all", "1")
+        return count
+
+    def complete(self) -> bool:
+        return self.store.add(f"{self.prefix}/n", 0) >= self.size
+
+    def wait(self, seconds: float) -> bool:
+        """Whether every member arrived within ``seconds``, reading the counter ever less often
+        (a store ``wait`` that times out prints torch's warnings: this is for short waits)."""
+        deadline = time.monotonic() + seconds
+        pause = _FIRST_POLL
+        while not self.complete():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, _MAX_POLL)
+        return True
+
+    def block(self, seconds: float) -> bool:
+        """``wait`` as ONE request that the store answers when the count completes (long waits)."""
+        try:
+            self.store.wait([f"{self.prefix}/all"], datetime.timedelta(seconds=max(seconds, 0.001)))
+        except RuntimeError:  # torch's DistStoreError: the wait timed out
+            return self.complete()
+        return True
+
+    def missing(self, seconds: float) -> list[int]:
+        """The members that did not arrive: the first member to ask reads the list once and posts
+        the answer; the others read that post (waiting at most ``seconds`` for it, then the list)."""
+        posted = f"{self.prefix}/missing"
+        if self.store.add(f"{self.prefix}/diag", 1) == 1:
+            absent = self._absent()
+            self.store.set(posted, ",".join(map(str, absent)))
+            return absent
+        try:
+            self.store.wait([posted], datetime.timedelta(seconds=seconds))
+        except RuntimeError:  # the first member is gone before it posted: read the list here
+            return self._absent()
+        text = read1(self.store, posted) or b""
+        return [int(m) for m in text.decode().split(",") if m]
+
+    def _absent(self) -> list[int]:
+        came = {int(m) for m in (read1(self.store, f"{self.prefix}/who") or b"").decode().split(",") if m}
+        return [m for m in range(self.size) if m not in came]
