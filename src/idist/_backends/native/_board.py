@@ -3,10 +3,10 @@
 Each local rank owns one slot and writes only there: a tick its watcher advances every
 interval, and how its store calls fare (the last that answered, the one in flight, failures
 in a row, the version of the lost-ranks record it knows). Every local rank reads every slot,
-so a node's ranks watch each other without a store request. The file (``/dev/shm``, else the
+so a node's ranks watch each other without a store request; the node's speaker copies the
+lost-ranks record there (seconds of silence per rank). The file (``/dev/shm``, else the
 temporary folder) is unlinked once every local rank has opened it, and at the latest when a
 rank closes; files a crash left behind are removed by the next board opened on that machine.
-See docs/scale.md.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import mmap
 import os
 import struct
 import tempfile
+from array import array
+from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
@@ -77,15 +79,16 @@ class NodeBoard:
     path: Path
     nproc: int
     me: int
+    world: int
     _map: mmap.mmap
 
     @classmethod
-    def open(cls, token: str, node: int, nproc: int, me: int) -> NodeBoard:
+    def open(cls, token: str, node: int, nproc: int, me: int, world: int) -> NodeBoard:
         """The board of job ``token``'s node ``node`` (created by whichever local rank comes first)."""
         folder = _folder()
         sweep(folder)
         path = folder / f"{_PREFIX}{token}-n{node}"
-        size = _HEAD.size + nproc * _SLOT.size
+        size = _HEAD.size + nproc * _SLOT.size + 4 * world
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -102,7 +105,7 @@ class NodeBoard:
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)  # the map holds a duplicate of fd: closing fd would not unlock
             os.close(fd)
-        return cls(path, nproc, me, view)
+        return cls(path, nproc, me, world, view)
 
     def post(self, field: int, value: float) -> None:
         """Write one field of this rank's own slot (8 bytes, aligned: never torn on the platforms torch runs)."""
@@ -112,6 +115,20 @@ class NodeBoard:
     def slots(self) -> list[Slot]:
         data = self._map[: _HEAD.size + self.nproc * _SLOT.size]
         return [Slot(*_SLOT.unpack_from(data, _HEAD.size + i * _SLOT.size)) for i in range(self.nproc)]
+
+    def post_lost(self, seconds: Mapping[int, float]) -> None:
+        """Copy the lost-ranks record here (the speaker does): seconds of silence per lost rank."""
+        values = array("f", bytes(4 * self.world))
+        for rank, quiet in seconds.items():
+            values[rank] = max(quiet, 0.05)
+        start = _HEAD.size + self.nproc * _SLOT.size
+        self._map[start : start + 4 * self.world] = values.tobytes()
+
+    def lost(self) -> dict[int, float]:
+        """The lost ranks the node's speaker copied here, and seconds of silence each."""
+        start = _HEAD.size + self.nproc * _SLOT.size
+        values = array("f", self._map[start : start + 4 * self.world])
+        return {rank: float(quiet) for rank, quiet in enumerate(values) if quiet > 0}
 
     @property
     def store_node(self) -> int:

@@ -20,8 +20,9 @@ from ..._topology import Topology
 from . import _rendezvous
 from ._comm import NativeComm, PGLike
 from ._guard import Guard, checked_from_env
-from ._keys import namespace
-from ._liveness import heartbeat, limit_from
+from ._keys import built, farewell, namespace, serving_node
+from ._liveness import Heartbeat, heartbeat, limit_from
+from ._verdict import bounded
 
 if TYPE_CHECKING:
     from ._context import NativeContext
@@ -104,8 +105,9 @@ def _build(
         marks=_marks.from_env(os.environ),
         namespace=ns,
     )
-    # gloo's waits can be cut into slices (between two, the watcher is asked about the peers)
-    sliced = datetime.timedelta(seconds=beat.interval) if beat is not None and name == "gloo" else None
+    # gloo's waits can be cut into slices (between two, the watcher is asked about the peers): a
+    # quarter interval, so that a node's ranks, which share one view, all stop within one
+    sliced = datetime.timedelta(seconds=beat.interval / 4) if beat is not None and name == "gloo" else None
     world = NativeComm(
         pg,
         tuple(range(t.world_size)),
@@ -128,6 +130,8 @@ def _build(
         _owns_default=owns_default,
         _state=state,
     )
+    if store is not None:  # runs last (on_close is a stack): the last rank to close deletes the keys
+        state.on_close.append(lambda: _farewell(store, ns, t.world_size, guard, beat))
     if beat is not None:
         beat.start()
         state.on_close.append(beat.stop)
@@ -136,6 +140,14 @@ def _build(
         torch.cuda.set_device(device)
         state.on_close.append(lambda: torch.cuda.set_device(previous))
     return ctx
+
+
+def _farewell(store: Store, ns: str, world: int, guard: Guard, beat: Heartbeat | None) -> None:
+    """Delete this context's keys once every rank closed it (bounded: the store may be gone)."""
+    if beat is not None and not beat.clean:
+        return  # a peer or the store was lost: the namespace is never reused, leave it
+    keys = [*(f"live/{k}" for k in beat.keys), *guard.written] if beat is not None else guard.written
+    bounded(lambda: farewell(store, ns, world, keys), 1.0)
 
 
 def _explicit_info(
@@ -232,6 +244,8 @@ def create(
             store = dist.distributed_c10d._get_default_store()
         pg = dist.group.WORLD
         assert pg is not None
+        if store_node is None and limit > 0 and info.topology.nnodes > 1:
+            store_node = serving_node(store, info.topology.node_rank, _device(name, info.topology.local_rank))
         ctx = _build(
             cls,
             name,
@@ -269,7 +283,9 @@ def create_in_process(
     opts = ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private in torch's stubs
     opts._timeout = td
     opts._devices = [ProcessGroupGloo.create_device(hostname=LOOPBACK)]  # in-process: loopback only
-    pg = cast(PGLike, ProcessGroupGloo(PrefixStore("idist/world", store), rank, world_size, opts))
+    rendezvous = PrefixStore("idist/world", store)
+    pg = cast(PGLike, ProcessGroupGloo(rendezvous, rank, world_size, opts))
+    built(rendezvous, world_size)  # its rendezvous keys: deleted once every rank connected
     info = _explicit_info(rank, world_size, None, None)
     info = attrs.evolve(info, launcher="simulated", decided_by={"world": "in-process store"})
     return _build(cls, "gloo", pg, store, info, td, owns_default=False, checked=checked, bind=LOOPBACK)

@@ -119,6 +119,8 @@ class Guard:
     check_sum: torch.Tensor = attrs.Factory(lambda: torch.zeros((), dtype=torch.float64))
     #: the context's namespace in the store (``_keys``): its subgroups' keys live there too
     namespace: str = "idist"
+    #: the keys this guard wrote, relative to the namespace (deleted when the context closes)
+    written: list[str] = attrs.Factory(lambda: [f"guard/{BROKEN_KEY}"])
 
     @property
     def timeout(self) -> datetime.timedelta:
@@ -219,6 +221,7 @@ class Guard:
             return verdict
         seq, size = comm.lockstep.seq, len(comm.ranks)
         tallies = {s: Tally(store, f"stall/{comm.key}/{s}", size) for s in (seq - 1, seq, seq + 1)}
+        self.written.extend(f"guard/{key}" for tally in tallies.values() for key in tally.keys)
         grace = min(STALL_GRACE, self.timeout.total_seconds())
 
         def tell() -> bool:

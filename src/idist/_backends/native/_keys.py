@@ -15,6 +15,8 @@ import hashlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
+import torch
+import torch.distributed as dist
 from torch._C._distributed_c10d import Store
 
 from ... import _netif
@@ -84,3 +86,14 @@ def served_here(host: str) -> bool | None:
         return None
     mine = {a for v in _netif.interface_addresses().values() for a in v}
     return all(_netif.is_loopback_address(a) or a in mine for a in addrs)
+
+
+def serving_node(store: Store, node: int, device: torch.device) -> int | None:
+    """The node whose machine serves ``store`` (one small all_reduce over the default group, which
+    every rank just initialized: a store that torchrun's agent serves may be on any node). None
+    when no node does (a store outside the job, or one that names no address)."""
+    at = address(store)
+    mine = node if at is not None and served_here(at[0]) else -1
+    found = torch.tensor([mine], dtype=torch.int64, device=device)
+    dist.all_reduce(found, op=dist.ReduceOp.MAX)
+    return int(found.item()) if found.item() >= 0 else None

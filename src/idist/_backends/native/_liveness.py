@@ -27,9 +27,9 @@ from torch._C._distributed_c10d import Store
 from ..._errors import LaunchEnvironmentError
 from ..._launch_env import LaunchInfo
 from ..._topology import Topology
-from ._board import TICK, NodeBoard, Slot
+from ._board import OK, TICK, NodeBoard, Slot
 from ._keys import address, served_here
-from ._pulse import Pulse
+from ._pulse import Pulse, node_key
 from ._stuck import Stuck
 
 #: seconds of silence after which a peer is lost, unless the option or the variable says
@@ -87,6 +87,8 @@ class Heartbeat:
     #: local ranks silent for more than the limit (global rank -> seconds), from the last look
     _quiet: dict[int, float] = attrs.Factory(dict)
     _speaker: bool = False
+    #: set when stopped: nobody was lost and the store answered (its keys may then be deleted)
+    clean: bool = False
     _stop: threading.Event = attrs.field(init=False, factory=threading.Event)
     _threads: list[threading.Thread] = attrs.Factory(list)
 
@@ -128,12 +130,15 @@ class Heartbeat:
         _RUNNING.add(self)
 
     def stop(self) -> None:
-        """End both threads; waits at most ``STOP_SECONDS`` for a store call in flight."""
+        """End both threads; waits at most ``STOP_SECONDS`` for a store call in flight (once)."""
+        if self not in _RUNNING:
+            return
         self._stop.set()
         deadline = time.monotonic() + STOP_SECONDS
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))
+        self.clean = self.lost(range(self.world_size)) is None
         self.board.close(unmap=not any(t.is_alive() for t in self._threads))
         _RUNNING.discard(self)
 
@@ -183,16 +188,18 @@ class Heartbeat:
                 gone = tuple(r for r in others if served >= 0 and r // nproc == served)
                 at = f" at {self.where}" if self.where else ""
                 return Lost(gone, f"the store{at} stopped answering for {quiet:.1f}s")
-        silent: dict[int, float] = {}
-        for entry in self.pulse.record.values():
-            for r in entry.ranks:
-                silent[r] = max(silent.get(r, 0.0), entry.seconds)
+        silent = self.board.lost()  # the record, as the node's speaker copied it
         silent.update(self._quiet)
         hit = tuple(r for r in others if r in silent)
         if not hit:
             return None
         longest = max(silent[r] for r in hit)
         return Lost(hit, f"no heartbeat from them for {longest:.1f}s, liveness limit {self.limit:g}s")
+
+    @property
+    def keys(self) -> list[str]:
+        """Every key this heartbeat's context may have written, relative to its prefix."""
+        return [*(f"n{n}" for n in range(self.topology.nnodes)), "lost", "token", "store"]
 
     @property
     def store_ranks(self) -> tuple[int, ...]:
@@ -245,7 +252,10 @@ def heartbeat(
         own = store
     # the node's ranks find their board by a name every rank of this context agrees on
     token = bytes(own.compare_set(f"{prefix}/token", "", secrets.token_hex(8))).decode()
-    board = NodeBoard.open(token, t.node_rank, t.nproc_per_node, t.local_rank)
+    board = NodeBoard.open(token, t.node_rank, t.nproc_per_node, t.local_rank, t.world_size)
+    if t.nnodes > 1:  # the node's first beat, before its context exists: a node cut off at once is seen once
+        own.add(node_key(prefix, t.node_rank), 1)
+    board.post(OK, time.monotonic())  # the store answered: silence from now on counts
     at = address(store)
     here = served_here(at[0]) if at is not None else None
     where = f"{at[0]}:{at[1]}" if at is not None else ""

@@ -168,8 +168,8 @@ class Pulse:
         return out
 
     def round(self, speaker: bool, quiet: Mapping[int, float]) -> None:
-        """One interval's calls: a speaker beats (the monitor reads every node instead) and posts
-        its node's silent ranks; every rank reads the record when its node learnt of a change."""
+        """One interval's calls, a speaker's only: it beats (the monitor reads every node instead),
+        posts its node's silent ranks, and reads the record when its beat says it changed."""
         self._rounds += 1
         t = self.topology
         try:
@@ -182,12 +182,18 @@ class Pulse:
                     self.board.post(VERSION, version)
                 local = {f"r{r}": Entry((r,), q) for r, q in quiet.items()}
                 self._tell(lambda tag: tag[0] == "r" and int(tag[1:]) // t.nproc_per_node == t.node_rank, local)
-            newest = max(s.version for s in self.board.slots())
-            if newest > self._read:
-                self.record = parse(self._call(read1, self.store, f"{self.prefix}/lost"))
-                self._read = newest
+                newest = max(s.version for s in self.board.slots())
+                if newest > self._read:
+                    self._set(parse(self._call(read1, self.store, f"{self.prefix}/lost")))
+                    self._read = newest
         except _Failed:
             pass
+
+    def _set(self, record: dict[str, Entry]) -> None:
+        """Take ``record`` as the lost ranks, and copy it to the board for the node's ranks."""
+        if record != self.record:
+            self.board.post_lost({r: e.seconds for e in record.values() for r in e.ranks})
+        self.record = record
 
     def _find_store_node(self) -> None:
         board, node = self.board, self.topology.node_rank
@@ -230,6 +236,6 @@ class Pulse:
         if {tag for tag in self.record if mine(tag)} == set(wanted):
             return
         changed, text = self._call(update, self.store, f"{self.prefix}/lost", mine, wanted)
-        self.record = parse(text)
+        self._set(parse(text))
         if changed:
             self._call(push, self.store, self.prefix, self.topology.nnodes)

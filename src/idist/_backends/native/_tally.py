@@ -24,7 +24,7 @@ class _Appends(Protocol):
 
 
 #: how often a waiting member reads the counter, at first and at most
-_FIRST_POLL, _MAX_POLL = 0.01, 0.2
+_FIRST_POLL, _MAX_POLL = 0.05, 0.5
 
 
 @attrs.frozen
