@@ -14,6 +14,7 @@ import datetime
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -258,3 +259,24 @@ def test_a_closed_context_leaves_only_its_generation_counters() -> None:
 
     assert _in_threads(3, rank) == [None, None, None]
     assert sorted(store.list_keys()) == [f"sim/idist/0/gen/{r}" for r in range(3)], store.list_keys()
+
+
+def test_a_board_being_set_up_is_never_swept(tmp_path: Path) -> None:
+    """A rank sets up its node's board under a lock: header first, then its pid. A rank of another
+    job sweeping boards left by crashes at that moment must leave it (before: it saw no live pid
+    and unlinked it, and the node's later ranks made a second board: the node split in two, and
+    the 4,096-rank benchmark failed on it)."""
+    import fcntl
+    import struct
+
+    from idist._backends.native import _board
+
+    path = tmp_path / "idist-live-halfway-n0"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<qqqq", _board._MAGIC, 2, -1, 1) + bytes(2 * _board._SLOT.size))
+    with open(path, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # what NodeBoard.open holds while it writes the pid
+        _board.sweep(tmp_path)
+        assert path.exists()
+    _board.sweep(tmp_path)  # unlocked, with no live pid: a crash's leftover, removed
+    assert not path.exists()

@@ -31,6 +31,7 @@ _HEAD = struct.Struct("<qqqq")
 #: store calls failed in a row, version of the lost-ranks record known
 _SLOT = struct.Struct("<qqddqq")
 TICK, OK, PENDING, FAILS, VERSION = 1, 2, 3, 4, 5
+_SWEPT: list[Path] = []
 
 
 @attrs.frozen
@@ -62,14 +63,20 @@ def sweep(folder: Path) -> None:
     """Remove boards whose every opener is gone (a job that crashed before all its ranks opened)."""
     for path in folder.glob(f"{_PREFIX}*"):
         try:
-            data = path.read_bytes()
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a rank opening it holds the lock: skip it
+            data = os.read(fd, 1 << 20)
             magic, nproc, _, _ = _HEAD.unpack_from(data)
             pids = [_SLOT.unpack_from(data, _HEAD.size + i * _SLOT.size)[0] for i in range(nproc)]
+            if magic == _MAGIC and not any(p > 0 and _alive(p) for p in pids):
+                path.unlink()
         except (OSError, struct.error):
             continue
-        if magic == _MAGIC and not any(p > 0 and _alive(p) for p in pids):
-            with contextlib.suppress(OSError):
-                path.unlink()
+        finally:
+            os.close(fd)  # no map holds this descriptor: closing it unlocks
 
 
 @attrs.define(eq=False)
@@ -86,7 +93,9 @@ class NodeBoard:
     def open(cls, token: str, node: int, nproc: int, me: int, world: int) -> NodeBoard:
         """The board of job ``token``'s node ``node`` (created by whichever local rank comes first)."""
         folder = _folder()
-        sweep(folder)
+        if not _SWEPT:  # once a process: leftovers come from crashes, not from this job
+            _SWEPT.append(folder)
+            sweep(folder)
         path = folder / f"{_PREFIX}{token}-n{node}"
         size = _HEAD.size + nproc * _SLOT.size + 4 * world
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -100,8 +109,9 @@ class NodeBoard:
                 store_node, opened = -1, 0
             _HEAD.pack_into(view, 0, _MAGIC, nproc, store_node, opened + 1)
             _SLOT.pack_into(view, _HEAD.size + me * _SLOT.size, os.getpid(), 0, 0.0, 0.0, 0, 0)
-            if opened + 1 >= nproc:
-                path.unlink()  # every local rank holds it: nothing is left on disk, even after a crash
+            if opened + 1 >= nproc:  # every local rank holds it: nothing is left on disk, even after a crash
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)  # the map holds a duplicate of fd: closing fd would not unlock
             os.close(fd)
