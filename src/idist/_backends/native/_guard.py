@@ -220,22 +220,26 @@ class Guard:
         if store is None:
             return verdict
         seq, size = comm.lockstep.seq, len(comm.ranks)
-        tallies = {s: Tally(store, f"stall/{comm.key}/{s}", size) for s in (seq - 1, seq, seq + 1)}
+        # one list for the group; a rank counts in at its collective and as one behind and ahead:
+        # a peer there failed with the same fault (its part still in flight, or already done)
+        roll, near = f"stall/{comm.key}/who", tuple(str(s) for s in (seq - 1, seq, seq + 1))
+        tallies = {
+            s: Tally(store, f"stall/{comm.key}/{s}", size, roll, str(seq), near) for s in (seq - 1, seq, seq + 1)
+        }
         self.written.extend(f"guard/{key}" for tally in tallies.values() for key in tally.keys)
         grace = min(STALL_GRACE, self.timeout.total_seconds())
 
         def tell() -> bool:
-            # also as one collective behind and ahead: a peer there failed with the same fault
-            # (its part of the last collective still in flight when it came, or already done)
+            tallies[seq].note(comm.group_rank)
             for tally in tallies.values():
-                tally.arrive(comm.group_rank)
+                tally.arrive(comm.group_rank, listed=False)
             return True
 
         def absent() -> list[int]:
             tally = tallies[seq]
-            return [] if tally.wait(grace) else tally.missing(1.0)
+            return [] if tally.wait(grace) else tally.missing(2.0)
 
-        missing = bounded(absent, grace + 3.0) if bounded(tell, 1.0) else None
+        missing = bounded(absent, grace + 3.0) if bounded(tell, 2.0) else None
         if missing is not None:
             return attrs.evolve(verdict, missing=tuple(comm.ranks[r] for r in missing))
         me = comm.ranks[comm.group_rank]

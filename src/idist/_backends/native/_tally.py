@@ -23,8 +23,9 @@ class _Appends(Protocol):
     def append(self, key: str, value: str, /) -> None: ...  # in torch, missing from its stubs
 
 
-#: how often a waiting member reads the counter, at first and at most
-_FIRST_POLL, _MAX_POLL = 0.05, 0.5
+#: when a waiting member first reads the counter, and at most how long between two reads (each
+#: wait is three times the last: 0.1, 0.4, 1.3 s... four reads in a 3 s grace)
+_FIRST_POLL, _MAX_POLL = 0.1, 1.0
 
 
 @attrs.frozen
@@ -34,15 +35,30 @@ class Tally:
     store: Store
     prefix: str
     size: int
+    #: the list of who came: ``label:member`` entries, which tallies of neighbouring events may
+    #: share (one append counts a member in all of them; ``missing`` accepts their labels)
+    roll: str = ""
+    label: str = ""
+    accept: tuple[str, ...] = ("",)
 
     @property
     def keys(self) -> tuple[str, ...]:
         """Every key the tally may write (to delete it once nobody reads it)."""
-        return tuple(f"{self.prefix}/{k}" for k in ("who", "n", "all", "diag", "missing"))
+        return (self._roll, *(f"{self.prefix}/{k}" for k in ("n", "all", "diag", "missing")))
 
-    def arrive(self, member: int) -> int:
-        """Record ``member`` (three requests, the last member four); the count so far."""
-        cast(_Appends, self.store).append(f"{self.prefix}/who", f"{member},")
+    @property
+    def _roll(self) -> str:
+        return self.roll or f"{self.prefix}/who"
+
+    def note(self, member: int) -> None:
+        """Put ``member`` on the list (one request that the store does not answer)."""
+        cast(_Appends, self.store).append(self._roll, f"{self.label}:{member},")
+
+    def arrive(self, member: int, listed: bool = True) -> int:
+        """Count ``member`` in (and list it, unless a neighbour's ``note`` did): two or three
+        requests, one more for the last member; the count so far."""
+        if listed:
+            self.note(member)
         count = self.store.add(f"{self.prefix}/n", 1)
         if count == self.size:
             self.store.set(f"{self.prefix}/all", "1")
@@ -61,7 +77,7 @@ class Tally:
             if left <= 0:
                 return False
             time.sleep(min(pause, left))
-            pause = min(2 * pause, _MAX_POLL)
+            pause = min(3 * pause, _MAX_POLL)
         return True
 
     def block(self, seconds: float) -> bool:
@@ -88,5 +104,6 @@ class Tally:
         return [int(m) for m in text.decode().split(",") if m]
 
     def _absent(self) -> list[int]:
-        came = {int(m) for m in (read1(self.store, f"{self.prefix}/who") or b"").decode().split(",") if m}
+        entries = (e.partition(":") for e in (read1(self.store, self._roll) or b"").decode().split(",") if e)
+        came = {int(member) for label, _, member in entries if label in self.accept}
         return [m for m in range(self.size) if m not in came]
