@@ -29,6 +29,7 @@ import inspect
 import json
 import multiprocessing as mp
 import resource
+import socket
 import sys
 import threading
 import time
@@ -71,8 +72,18 @@ def _threads(fns: list[Any], cap: float) -> tuple[list[Any], float | None]:
     return out, max(ends) - start
 
 
-def _report(store: Any, rank: int, world: int) -> tuple[int, ...]:
-    """``Guard.report`` of rank ``rank`` for an all_reduce of the world that failed: whom it names."""
+def _pooled(fns: list[Any], width: int = 64) -> list[Any]:
+    """``fns`` run ``width`` at a time: a connection costs torch a reverse lookup of its peer's
+    address, which a slow resolver can make seconds long; in parallel they overlap."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(width) as pool:
+        return list(pool.map(lambda fn: fn(), fns))
+
+
+def _reporter(store: Any, rank: int, world: int) -> Any:
+    """Rank ``rank``'s ``Guard.report`` for an all_reduce of the world that failed (its guard made
+    beforehand, as a rank's is): the call returns whom it names."""
     from torch._C._distributed_c10d import PrefixStore
 
     from idist._backends.native._guard import Guard
@@ -81,20 +92,62 @@ def _report(store: Any, rank: int, world: int) -> tuple[int, ...]:
     step = SimpleNamespace(seq=7)
     comm: Any = SimpleNamespace(key="world", ranks=tuple(range(world)), group_rank=rank, lockstep=step)
     verdict = Verdict("all_reduce", tuple(range(world)), Fault.LOST)
-    return Guard(PrefixStore("bench/guard", store), TIMEOUT).report(comm, verdict).missing
+    guard = Guard(PrefixStore("bench/guard", store), TIMEOUT)
+    return lambda: guard.report(comm, verdict).missing
+
+
+class Driver:
+    """Runs every simulated rank's heartbeat on one thread of this process, each once an interval,
+    spread over it: the same code the heartbeat's own threads run (``tick``: the watcher's look,
+    then the store round; today's code: its one thread's ``_round``), without 2 threads a rank,
+    which at 4,096 ranks on 2 cores would measure the scheduler instead."""
+
+    def __init__(self, beats: dict[int, Any], interval: float) -> None:
+        self.ticks: dict[int, Any] = {}
+        for r, beat in beats.items():
+            if "threads" in inspect.signature(beat.start).parameters:
+                beat.start(threads=False)
+                self.ticks[r] = beat.tick
+            else:
+                self.ticks[r] = beat._round
+        self.interval = interval
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def drop(self, rank: int) -> None:
+        with self.lock:
+            del self.ticks[rank]
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        while not self.stop.is_set():
+            with self.lock:
+                ranks = list(self.ticks)
+            for k, rank in enumerate(ranks):
+                pause = start + k * self.interval / len(ranks) - time.monotonic()
+                if pause > 0 and self.stop.wait(pause):
+                    return
+                with self.lock:  # a rank dropped meanwhile (gone silent) is not ticked again
+                    tick = self.ticks.get(rank)
+                    if tick is not None:
+                        tick()
+            start = max(start + self.interval, time.monotonic())
 
 
 def _beats(clients: dict[int, Any], world: int, nproc: int, limit: float) -> dict[int, Any]:
-    """Every rank's heartbeat, started (today's ``heartbeat`` takes none of the keywords)."""
+    """Every rank's heartbeat (today's ``heartbeat`` takes none of the keywords)."""
     from idist._backends.native import _liveness
 
     params = inspect.signature(_liveness.heartbeat).parameters
     extra = {"prefix": "bench/live", "store_node": 0, "watch_main": False}
     kw = {k: v for k, v in extra.items() if k in params}
-    beats = {r: _liveness.heartbeat(c, simulated_rank(r, world, nproc), limit, **kw) for r, c in clients.items()}
-    for beat in beats.values():
-        beat.start()
-    return beats
+    fns = [
+        lambda r=r, c=c: _liveness.heartbeat(c, simulated_rank(r, world, nproc), limit, **kw)
+        for r, c in clients.items()
+    ]
+    return dict(zip(clients, _pooled(fns), strict=True))
 
 
 def _watch(beat: Any, world: int, target: int, deadline: float) -> tuple[float, str] | None:
@@ -119,8 +172,10 @@ def worker(conn: Any, ranks: list[int], world: int, nproc: int, port: int, limit
     _raise_fd_limit()
     from torch._C._distributed_c10d import TCPStore
 
-    clients = {r: TCPStore("127.0.0.1", port, 1, False, timeout=TIMEOUT) for r in ranks}
+    made = _pooled([lambda: TCPStore("127.0.0.1", port, 1, False, timeout=TIMEOUT) for _ in ranks])
+    clients = dict(zip(ranks, made, strict=True))
     beats: dict[int, Any] = {}
+    driver: Driver | None = None
     conn.send("ready")
     while True:
         step, arg = conn.recv()
@@ -129,21 +184,27 @@ def worker(conn: Any, ranks: list[int], world: int, nproc: int, port: int, limit
             conn.send((took, [repr(x) for x in out if x is not None][:3]))
         elif step == "beat":
             beats = _beats(clients, world, nproc, limit)
+            driver = Driver(beats, min(1.0, max(0.05, limit / 10)))
             conn.send(len(beats))
         elif step == "silence":
             silent_at = time.monotonic()
+            driver.drop(arg)
             beats[arg].stop()
             conn.send(silent_at)
         elif step == "watch":
             conn.send(_watch(beats[0], world, *arg))
         elif step == "stop":
+            driver.stop.set()
+            driver.thread.join()  # its tick in progress ends before the boards close
             for beat in beats.values():
                 beat.stop()
             beats.clear()
             conn.send("stopped")
         elif step == "report":
-            out, took = _threads([lambda r=r: _report(clients[r], r, world) for r in ranks if r != arg], cap)
-            conn.send((took, sum(1 for m in out if m == (arg,)), len(out)))
+            calls = [_reporter(clients[r], r, world) for r in ranks if r != arg]
+            out, took = _threads(calls, cap)
+            wrong = sorted({repr(m)[:80] for m in out if m != (arg,)})[:3]
+            conn.send((took, sum(1 for m in out if m == (arg,)), len(out), wrong))
         else:
             conn.send("bye")
             return
@@ -152,9 +213,20 @@ def worker(conn: Any, ranks: list[int], world: int, nproc: int, port: int, limit
 def measure(n: int, nproc: int, limit: float, window: float, cap: float) -> dict[str, Any]:
     from torch._C._distributed_c10d import TCPStore
 
-    server = TCPStore("127.0.0.1", 0, 1, True, timeout=TIMEOUT, use_libuv=True, wait_for_workers=False)
+    listen = socket.create_server(("127.0.0.1", 0), backlog=16384)  # as idist serves it: IPv4, one address
+    port = listen.getsockname()[1]
+    server = TCPStore(
+        "127.0.0.1",
+        port,
+        1,
+        True,
+        timeout=TIMEOUT,
+        use_libuv=True,
+        wait_for_workers=False,
+        master_listen_fd=listen.detach(),
+    )
     proxy = ProxyProcess(server.port)
-    procs = max(2, min(8, n // 256))
+    procs = max(2, min(16, n // 128))
     nodes = -(-n // nproc)
     share = [list(range(w * nodes // procs * nproc, min(n, (w + 1) * nodes // procs * nproc))) for w in range(procs)]
     ctx = mp.get_context("spawn")
@@ -205,11 +277,12 @@ def measure(n: int, nproc: int, limit: float, window: float, cap: float) -> dict
         ask("stop")
         proxy.reset()
         reports = ask("report", n // 2)
-        times = [t for t, _, _ in reports]
-        right, total = sum(r for _, r, _ in reports), sum(k for _, _, k in reports)
+        times = [t for t, _, _, _ in reports]
+        right, total = sum(r for _, r, _, _ in reports), sum(k for _, _, k, _ in reports)
+        wrong = sorted({w for *_, ws in reports for w in ws})[:3]
         diagnosis = None if any(t is None for t in times) else round(max(times), 2)
         print(f"N={n}: diagnosis {diagnosis} s, {proxy.stats()['requests']} requests, "
-              f"{right} of {total} ranks named exactly rank {n // 2}", flush=True)  # fmt: skip
+              f"{right} of {total} ranks named exactly rank {n // 2} {wrong or ''}", flush=True)  # fmt: skip
         row["_diagnosis"] = {"seconds": diagnosis, "requests": proxy.stats()["requests"], "right": right, "of": total}
         ask("exit")
         return row

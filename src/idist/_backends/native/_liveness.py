@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import math
+import random
 import secrets
 import threading
 import time
@@ -117,17 +118,26 @@ class Heartbeat:
         return self.topology.world_size
 
     # ----------------------------------------------------------------- threads
-    def start(self) -> None:
+    def start(self, threads: bool = True) -> None:
         """Tick once now (a rank stopped right after its context was made is still seen once),
-        then start the watcher and the store thread."""
+        then start the watcher and the store thread (``threads=False``: the caller calls ``tick``
+        every interval instead, as benchmarks/bench_scale.py does for thousands of ranks)."""
         self._ticks = 1
         self.board.post(TICK, 1)
         ref = weakref.ref(self)
         for name, body in (("idist-liveness", Heartbeat._look), ("idist-liveness-store", Heartbeat._round)):
-            thread = threading.Thread(target=_loop, args=(ref, body, self._stop, self.interval), name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+            if threads:
+                thread = threading.Thread(
+                    target=_loop, args=(ref, body, self._stop, self.interval), name=name, daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
         _RUNNING.add(self)
+
+    def tick(self) -> None:
+        """What both threads do in one interval, in turn (for a heartbeat started without them)."""
+        self._look()
+        self._round()
 
     def stop(self) -> None:
         """End both threads; waits at most ``STOP_SECONDS`` for a store call in flight (once)."""
@@ -222,7 +232,11 @@ def _store_quiet(slots: Sequence[Slot], now: float, limit: float) -> float | Non
 def _loop(ref: weakref.ref[Heartbeat], body: Callable[[Heartbeat], None], stop: threading.Event, every: float) -> None:
     """A liveness thread: it ends when its heartbeat is stopped, or dropped with its context
     (an adopted context is never closed)."""
-    while not stop.wait(every):
+    # the first round at a random point of the interval: the ranks of a job start together,
+    # and their store calls would otherwise come in one burst every interval
+    first = random.uniform(0.0, every)
+    while not stop.wait(first or every):
+        first = 0.0
         heartbeat = ref()
         if heartbeat is None:
             return
