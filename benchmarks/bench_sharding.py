@@ -7,9 +7,11 @@
   vs ``fully_shard`` applied by hand to each layer and the root (target ≤ 1.05x).
 - ``save`` / ``load``: ``save_checkpoint`` / ``load_checkpoint`` of that model and its Adam
   state vs ``get_state_dict`` + ``dcp.save`` and ``dcp.load`` + ``set_state_dict`` into a
-  folder of their own (target ≤ 1.1x). idist's save also publishes atomically (a rename and
-  the removal of the replaced checkpoint); its load compares the keys first and reads into
-  new tensors, so a failure changes nothing.
+  folder of their own (target ≤ 1.1x). idist's save also checks what is at its path,
+  stages under its own nonce with a lock file and publishes atomically (a rename, then the
+  removal of the replaced checkpoint in a thread); its load holds the folder open, reads the
+  manifest, the metadata and the values through its restricted unpickler, compares the keys
+  and the save each rank read first, then reads into the live tensors.
 - ``memory``: the parameter and optimizer-state bytes each rank holds under FSDP vs DDP
   (target ≤ 0.6x), counted from the tensors.
 

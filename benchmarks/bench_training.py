@@ -5,6 +5,9 @@
 - ``loader``: one epoch over ``auto_dataloader(ds, batch_size=64, shuffle=True)`` vs a
   hand-built ``DataLoader(ds, batch_size=32, sampler=DistributedSampler(ds))`` with
   ``set_epoch`` called by hand; reported per epoch and per iteration (target: ≤ 2 %).
+- ``loader of ints``: one pass of 4096 batches of 1 int per rank, no collation: the
+  ``AutoDataLoader``'s own per-batch cost (its iterator, the batch weight it writes) vs a
+  ``DataLoader`` over the same sampler; reported per batch.
 - ``ddp step``: zero_grad + forward + backward + optimizer step through
   ``auto_model``/``auto_optim`` vs ``DistributedDataParallel(model, process_group=WORLD)``
   written by hand (target ratio ≤ 1.02).
@@ -62,6 +65,16 @@ def _workloads(rank: int, ws: int) -> list[h.Workload]:
             n += 1
         return n
 
+    ints = list(range(4096 * ws))
+    auto_ints = ctx.auto_dataloader(ints, batch_size=ws, collate_fn=_as_is)
+    hand_ints = DataLoader(ints, batch_size=1, sampler=auto_ints.sampler, collate_fn=_as_is)
+
+    def count(loader: DataLoader[Any]) -> int:
+        n = 0
+        for _b in loader:
+            n += 1
+        return n
+
     def make() -> nn.Module:
         torch.manual_seed(0)
         return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
@@ -86,10 +99,18 @@ def _workloads(rank: int, ws: int) -> list[h.Workload]:
             f"loader epoch ({batches} iterations of {per_rank}/rank)", {"hand": hand_epoch, "idist": auto_epoch}
         ),
         h.Workload(
+            "loader of ints (4096 iterations of 1/rank)",
+            {"hand": lambda: count(hand_ints), "idist": lambda: count(auto_ints)},
+        ),
+        h.Workload(
             "ddp step (MLP 256-512-512-10, batch 64/rank)",
             {"hand": lambda: step(hand_model, hand_opt), "idist": lambda: step(auto_model, auto_opt)},
         ),
     ]
+
+
+def _as_is(batch: list[int]) -> list[int]:
+    return batch
 
 
 def _rank(rank: int, ws: int, rounds: int) -> dict[str, Any]:
@@ -124,7 +145,8 @@ def main() -> None:
             n = int(row["name"].split("(")[1].split()[0])
             per_it = {k: {**v, "median_us": v["median_us"] / n, "diff_us_median": v["diff_us_median"] / n}
                       for k, v in stats.items()}  # fmt: skip
-            rows.append({"name": "loader, per iteration", "stats": per_it, "notes": {}})
+            label = "loader of ints, per batch" if row["name"].startswith("loader of ints") else "loader, per iteration"
+            rows.append({"name": label, "stats": per_it, "notes": {}})
     print(h.table(f"training helpers, {args.world_size} gloo ranks", rows, IMPLS, "hand"))
     path = h.write_json("training", {"env": h.environment(), "args": vars(args), "rows": rows})
     print(f"\nwrote {path}")

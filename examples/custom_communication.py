@@ -27,9 +27,10 @@ def communicate(local_rank: int) -> None:
         names = idist.all_gather(f"wörker-{r}✓")
         print(f"[rank {r}] all_gather: rows={[t.tolist() for t in rows]} names={names}", flush=True)
 
-        # broadcast: receivers may pass None
+        # broadcast: receivers may pass None (the result may then be None: src could have passed it),
+        # or a placeholder of src's type (a tensor of the same shape and dtype is filled in place)
         config = idist.broadcast({"lr": 3e-4, "epochs": 2} if r == 0 else None, src=0)
-        weights = idist.broadcast(torch.arange(4.0) if r == n - 1 else None, src=n - 1)
+        weights = idist.broadcast(torch.arange(4.0) if r == n - 1 else torch.empty(4), src=n - 1)
         print(f"[rank {r}] broadcast: config={config} weights={weights.tolist()}", flush=True)
 
         # a subgroup: ranks outside it get their input back unchanged

@@ -93,13 +93,13 @@ def main() -> None:
     try:
         train_set, test_set = digits()
         torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
-        model = ctx.auto_model(model)
+        net = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+        model = ctx.auto_model(net)  # net itself, or the DDP wrapping it: train through model
         opt = ctx.auto_optim(torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9))
         state = {"model": model, "optimizer": opt, "epoch": 0}
+        start: int = 0
         if args.resume:  # whatever number of processes saved it
-            ctx.load_checkpoint(args.checkpoint, state)
-        start = state["epoch"]
+            start = ctx.load_checkpoint(args.checkpoint, state)["epoch"]
         train_loader = ctx.auto_dataloader(train_set, batch_size=args.batch_size, shuffle=True)
         test_loader = ctx.auto_dataloader(test_set, batch_size=300)
         train_loader.set_epoch(start)  # a resumed run continues the same sequence of shuffles

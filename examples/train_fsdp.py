@@ -34,7 +34,8 @@ class Block(nn.Module):
         self.ff = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.ff(self.norm(x))
+        delta: torch.Tensor = self.ff(self.norm(x))  # a Module's call is untyped in torch
+        return x + delta
 
 
 def make_model(width: int, depth: int) -> nn.Module:
@@ -72,21 +73,24 @@ def main() -> None:
     args = p.parse_args()
 
     with idist.context() as ctx:  # gloo under idist run / torchrun, serial under plain python
+        if not isinstance(ctx, idist.NativeContext | idist.SerialContext):  # the backends that shard
+            raise SystemExit(f"FSDP needs torch.distributed or one process, not {ctx.backend}")
         torch.manual_seed(0)
         model = ctx.auto_model(make_model(args.width, args.depth), strategy="fsdp", shard_modules=(Block,))
         opt = ctx.auto_optim(torch.optim.AdamW(model.parameters(), lr=3e-3))
         state = {"model": model, "optim": opt, "epoch": 0}
+        start: int = 0
         if args.resume:
-            ctx.load_checkpoint(args.checkpoint, state)
+            start = ctx.load_checkpoint(args.checkpoint, state)["epoch"]
         loader = ctx.auto_dataloader(data(), batch_size=args.batch_size, shuffle=True)
-        loader.set_epoch(state["epoch"])
+        loader.set_epoch(start)
         total = sum(p.numel() for p in model.parameters())
         if ctx.rank == 0:
             print(
                 f"{type(ctx).__name__} world_size={ctx.world_size}: {total:,} parameters, "
-                f"{type(model).__name__}, epochs {state['epoch'] + 1}..{args.epochs}, accumulate {args.accumulate}"
+                f"{type(model).__name__}, epochs {start + 1}..{args.epochs}, accumulate {args.accumulate}"
             )
-        for epoch in range(state["epoch"] + 1, args.epochs + 1):
+        for epoch in range(start + 1, args.epochs + 1):
             loss_sum, count = 0.0, 0
             for i, (x, y) in enumerate(loader):
                 step_now = (i + 1) % args.accumulate == 0

@@ -16,7 +16,6 @@ weights. Needs torch_xla (``scripts/xla/setup-venv.sh`` builds ``.venv-xla``).
 from __future__ import annotations
 
 import os
-import sys
 
 import torch
 from torch import nn
@@ -67,4 +66,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

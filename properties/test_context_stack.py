@@ -92,7 +92,7 @@ class ContextStack(RuleBasedStateMachine):
     def initialize(self, backend: str) -> None:
         expect = self._creating(backend, extra_default=self.default is not None)
         try:
-            ctx = idist.initialize(backend)  # type: ignore[call-overload]
+            ctx = idist.initialize(backend)
         except idist.AlreadyInitializedError:
             assert expect == "AlreadyInitializedError"
             return
@@ -123,7 +123,7 @@ class ContextStack(RuleBasedStateMachine):
     @rule(backend=BACKENDS)
     def enter_context(self, backend: str) -> None:
         expect = self._creating(backend, extra_default=False)
-        manager = idist.context(backend)  # type: ignore[call-overload]
+        manager = idist.context(backend)
         try:
             ctx = manager.__enter__()
         except idist.AlreadyInitializedError:

@@ -2,7 +2,7 @@
 # The package as a user gets it (run by scripts/test.sh after pytest):
 #   1. `python -m build`: an sdist, and a wheel built from that sdist (isolated, so
 #      build-system.requires is what is tested); setuptools must not warn about the metadata
-#   2. `twine check --strict` on both, and the wheel holds py.typed and the LICENSE
+#   2. `twine check --strict` on both, and the wheel holds py.typed, the Horovod stubs and the LICENSE
 #   3. a fresh venv in a temporary folder: torch==2.13.0 first (the CPU build from local
 #      disk, never a CUDA one), then the wheel itself (not editable)
 #   4. from a folder outside the checkout, so the installed copy is what is imported:
@@ -46,10 +46,11 @@ names = set(zipfile.ZipFile(wheel).namelist())
 meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
 dist_info = meta.rsplit("/", 1)[0]
 need = {"idist/py.typed", "idist/__main__.py", f"{dist_info}/licenses/LICENSE", f"{dist_info}/entry_points.txt"}
+need |= {"horovod-stubs/__init__.pyi", "horovod-stubs/torch/__init__.pyi"}  # the Horovod stubs (PEP 561)
 missing = need - names
 assert not missing, f"wheel lacks {sorted(missing)}"
-stray = sorted(n for n in names if not n.startswith(("idist/", dist_info + "/")))
-assert not stray, f"the wheel holds more than the idist package: {stray[:5]}"
+stray = sorted(n for n in names if not n.startswith(("idist/", "horovod-stubs/", dist_info + "/")))
+assert not stray, f"the wheel holds more than the idist and horovod-stubs packages: {stray[:5]}"
 text = zipfile.ZipFile(wheel).read(meta).decode()
 assert "License-Expression: BSD-3-Clause" in text, "no License-Expression in the wheel's METADATA"
 members = {m.split("/", 1)[1] for m in tarfile.open(sdist).getnames() if "/" in m}

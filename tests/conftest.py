@@ -21,6 +21,7 @@ SLOW_MODULES = {
     "test_bad_input_gloo.py",
     "test_checkpoint_gloo.py",
     "test_collectives_gloo.py",
+    "test_docs_types.py",
     "test_exit_broken.py",
     "test_failures.py",
     "test_ignite_compat.py",
@@ -28,11 +29,14 @@ SLOW_MODULES = {
     "test_launch_examples.py",
     "test_launch_parallel.py",
     "test_launch_spawn.py",
+    "test_package_types.py",
     "test_launchers_real.py",
     "test_native_groups.py",
     "test_torchrun.py",
     "test_training_examples.py",
     "test_training_gloo.py",
+    "test_typing_user.py",
+    "test_testing_exit.py",
 }
 # In modules that are mostly in-process: the tests that start processes (a prefix of
 # "module.py::test_name", so every parametrization is covered).
@@ -44,6 +48,7 @@ SLOW_TESTS = (
     "test_testing_pool.py::test_runs_on_real_processes_in_rank_order",
     "test_testing_pool.py::test_any_dtype_travels_back",
     "test_testing_pool.py::test_a_failing_rank_is_named_and_the_pool_survives",
+    "test_testing_pool.py::test_an_exception_that_cannot_be_unpickled_keeps_its_message",
     "test_testing_pool.py::test_a_rank_stuck_after_a_failure_restarts_the_pool",
     "test_testing_pool.py::test_a_timeout_names_the_rank_and_stops_the_processes",
     "test_testing_pool.py::test_the_plugin_gives_users_a_simulated_world",

@@ -4,19 +4,25 @@ all or nothing, and raised on every rank.
 Saved by 2 FSDP ranks and by 2 DDP ranks, loaded by 3 DDP / FSDP ranks and by one plain
 process: the weights and the Adam state are the saved ones exactly, and training goes on
 like an uninterrupted single process. A rank that fails (or is SIGKILLed) mid-save leaves
-the previous checkpoint whole; bad paths and mismatched states raise on every rank.
+the previous checkpoint whole; bad paths and mismatched states raise on every rank; ranks
+that read different saves are told. Two jobs saving one path at once all succeed, and a
+load meanwhile reads one save whole.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
+import shutil
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from torch import nn
 from torch.distributed.checkpoint.filesystem import FileSystemWriter
 
 import idist
@@ -27,7 +33,7 @@ from idist import (
     CheckpointPathError,
     CheckpointStateError,
 )
-from idist.checkpoint import _files
+from idist.checkpoint import _publish
 from multiproc import run_ranks
 from sharding_cases import Net, assert_close, full_state, make, run_epochs
 
@@ -163,9 +169,49 @@ def _fault_rank(rank: int, folder: str) -> dict[str, Any]:
         reloaded = make(ctx, "ddp", seed=5)
         idist.load_checkpoint(root / "ck", {"model": reloaded[0], "optim": reloaded[1]})
         out["intact"] = full_state(*reloaded) == before
+        out.update(_same_save_and_stateful(ctx, root, rank, good))
         return out
     finally:
         idist.finalize()
+
+
+class _Flaky:
+    """A stateful object whose load fails on one rank only."""
+
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+
+    def state_dict(self) -> dict[str, int]:
+        return {"n": 1}
+
+    def load_state_dict(self, state: Any) -> None:
+        if self.fail:
+            raise ValueError("cannot take this state")
+
+
+def _same_save_and_stateful(ctx: idist.DistContext, root: Path, rank: int, good: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    idist.save_checkpoint(root / "ck2", good)  # the same state saved again: another save
+    if rank == 1:
+        shutil.copytree(root / "ck", root / "copy")  # a copy of the same save, e.g. on a node's own disk
+    ctx.barrier()
+    fresh, fresh_opt = make(ctx, "ddp", seed=7)
+    untouched = full_state(fresh, fresh_opt)
+    state = {"model": fresh, "optim": fresh_opt}
+    out["other_save"] = _outcome(lambda: idist.load_checkpoint(root / ("ck" if rank == 0 else "ck2"), state))
+    out["other_save_untouched"] = full_state(fresh, fresh_opt) == untouched
+    out["same_save"] = _outcome(lambda: idist.load_checkpoint(root / ("ck" if rank == 0 else "copy"), state))
+    model, opt = good["model"], good["optim"]
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3)
+    sched.step()
+    idist.save_checkpoint(root / "ck3", {"model": model, "sched": sched, "flaky": _Flaky(False)})
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5)
+    sched_before, weights_before = sched.state_dict(), full_state(fresh, fresh_opt)
+    out["stateful"] = _outcome(
+        lambda: idist.load_checkpoint(root / "ck3", {"model": fresh, "sched": sched, "flaky": _Flaky(rank == 1)})
+    )
+    out["stateful_back"] = sched.state_dict() == sched_before and full_state(fresh, fresh_opt) == weights_before
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +237,7 @@ def test_a_path_not_every_rank_sees_is_found_before_writing(faults: list[dict[st
     for r in faults:
         assert r["local_disk"].startswith(f"{CheckpointPathError.__name__}: ")
         assert "rank 1" in r["local_disk"] and "rank 0:" not in r["local_disk"]
-        assert "shared by all nodes" in r["local_disk"]
+        assert "shared by all nodes" in r["local_disk"] and "every rank must pass the same path" in r["local_disk"]
         assert r["local_files"] == []  # no data, no probe, no staging folder
 
 
@@ -211,6 +257,24 @@ def test_a_mismatched_state_raises_with_the_names_and_changes_nothing(faults: li
             assert name in r["mismatch"]
         assert r["wrong_optimizer"].startswith(f"{CheckpointStateError.__name__}: ")
         assert r["untouched"]
+
+
+def test_ranks_that_read_different_saves_are_told_and_nothing_changes(faults: list[dict[str, Any]]) -> None:
+    for r in faults:
+        assert r["other_save"].startswith(f"{CheckpointMismatchError.__name__}: "), r["other_save"]
+        assert "the ranks read different checkpoints" in r["other_save"]
+        assert re.search(
+            r"rank 0 read save [0-9a-f]{12} at \S+/ck; rank 1 read save [0-9a-f]{12} at \S+/ck2", r["other_save"]
+        )
+        assert r["other_save_untouched"]
+        assert r["same_save"] == "ok"  # per-rank paths holding the same save load
+
+
+def test_a_stateful_object_failing_on_one_rank_changes_nothing_anywhere(faults: list[dict[str, Any]]) -> None:
+    for r in faults:
+        assert r["stateful"].startswith(f"{CheckpointError.__name__}: ") and "rank 1" in r["stateful"]
+        assert "cannot take this state" in r["stateful"] and "nothing was changed" in r["stateful"]
+        assert r["stateful_back"]  # rank 0's scheduler had loaded: it was put back
 
 
 def test_strict_false_loads_what_matches_and_says_what_it_skipped(faults: list[dict[str, Any]]) -> None:
@@ -247,8 +311,8 @@ def test_sigkill_of_one_rank_mid_save_leaves_the_previous_checkpoint_loadable(tm
     assert results[victim] == ("died", -signal.SIGKILL)
     outcome = results[1 - victim]
     assert outcome.split(":")[0] in ("PeerLostError", "GroupBrokenError", "CheckpointError"), outcome
-    # rank 0 makes and publishes the staging folder: killed, it leaves it for the next save to remove
-    assert (tmp_path / ".ck.idist-tmp").is_dir() == (victim == 0)
+    # rank 0 makes and publishes the staging folder: killed, it leaves it (and its lock) for the next save to remove
+    assert bool(list(tmp_path.glob(".ck.idist-tmp-*"))) == (victim == 0)
     with idist.context("serial") as ctx:
         model, opt = make(ctx, "ddp", seed=7)
         state = {"model": model, "optim": opt, "epoch": 0}
@@ -256,5 +320,55 @@ def test_sigkill_of_one_rank_mid_save_leaves_the_previous_checkpoint_loadable(tm
         fresh = make(ctx, "ddp")
         assert state["epoch"] == 1 and full_state(model, opt) == full_state(*fresh)
         ctx.save_checkpoint(tmp_path / "ck", state)
-    _files.wait_removals()  # the replaced checkpoint is removed in the background
+    _publish.wait_removals()  # the replaced checkpoint is removed in the background
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
+# ---------------------------------------------------------------------------- concurrent saves
+SAVES = 25
+
+
+def _saver(job: int, folder: str) -> int:
+    """One of two jobs (one process each, no process group) saving the same path over and over."""
+    model = nn.Linear(16, 16)
+    with idist.context("serial") as ctx:
+        for i in range(SAVES):
+            tag = (job + 1) * 1000 + i
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.fill_(tag)  # every tensor of a save holds its tag: a mix shows
+            ctx.save_checkpoint(Path(folder) / "ck", {"model": model, "tag": tag})
+    _publish.wait_removals()
+    return SAVES
+
+
+def test_two_jobs_saving_one_path_at_once_all_succeed_and_never_mix(tmp_path: Path) -> None:
+    done, saved = threading.Event(), []
+
+    def jobs() -> None:
+        try:
+            saved.append(run_ranks(_saver, 2, str(tmp_path), timeout=240, set_launcher_env=False))
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=jobs)
+    thread.start()
+    loads, refused = 0, []
+    while not done.is_set():  # meanwhile, this process loads what is there
+        fresh = nn.Linear(16, 16)
+        try:
+            tag = idist.load_checkpoint(tmp_path / "ck", {"model": fresh})["tag"]
+        except CheckpointError as exc:  # none yet, or the save it read was removed under it: never a mix
+            refused.append(str(exc))
+        else:
+            assert all(torch.equal(p, torch.full_like(p, tag)) for p in fresh.parameters()), tag
+            loads += 1
+        done.wait(0.02)  # leave the savers most of the 2 cores
+    thread.join()
+    assert saved == [[SAVES, SAVES]]  # every save of both jobs returned normally
+    assert loads > 0, refused[:3]
+    fresh = nn.Linear(16, 16)
+    tag = idist.load_checkpoint(tmp_path / "ck", {"model": fresh})["tag"]
+    assert tag % 1000 == SAVES - 1 and torch.equal(fresh.weight, torch.full((16, 16), float(tag)))  # a last save
+    _publish.wait_removals()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]

@@ -4,7 +4,8 @@ Two ranks at global batch B with ``auto_model(strategy="fsdp")`` train like one 
 batch B (weights and Adam state within 1e-5 after three epochs), with the default policy and
 with ``shard_modules``; each rank holds about half of the parameters and of the optimizer
 state. K micro-batches, the first K-1 under ``no_sync``, end like one process stepping once
-per K global batches, for DDP and for FSDP.
+per K global batches, for DDP and for FSDP; inside nested ``no_sync`` blocks no gradient is
+exchanged (ranks fed different data keep different gradients).
 """
 
 from __future__ import annotations
@@ -48,12 +49,43 @@ def _rank(rank: int) -> dict[str, Any]:
             model, opt = make(ctx, strategy)
             run_epochs(ctx, model, opt, 0, 2, accumulate=K)
             out[f"accumulate_{strategy}"] = full_state(model, opt)
+        for strategy in ("ddp", "fsdp"):
+            out[f"no_sync_{strategy}"] = _no_sync_probe(ctx, strategy)
         out["no_match"] = _error(lambda: ctx.auto_model(Net(), strategy="fsdp", shard_modules=(nn.Conv2d,)))
         out["mesh"] = _error(lambda: ctx.auto_model(Net(), strategy="fsdp", mesh=None))
         out["strategy"] = _error(lambda: idist.auto_model(Net(), strategy="zero3"))
         return out
     finally:
         idist.finalize()
+
+
+def _grads(ctx: idist.DistContext, model: nn.Module) -> tuple[bool, bool]:
+    """Whether every rank holds gradients, and then whether they are the same on every rank."""
+    from torch.distributed.tensor import DTensor
+
+    grads = [p.grad for p in model.parameters()]
+    if not all(ctx.all_gather(all(g is not None for g in grads))):
+        return False, False
+    flat = torch.cat([(g.full_tensor() if isinstance(g, DTensor) else g).flatten() for g in grads if g is not None])
+    seen = ctx.all_gather(flat)
+    return True, all(torch.allclose(seen[0], other) for other in seen)
+
+
+def _no_sync_probe(ctx: idist.DistContext, strategy: str) -> tuple[tuple[bool, bool], tuple[bool, bool]]:
+    """Gradients after backward passes inside nested no_sync blocks (each rank its own data), then after one outside."""
+    model, _ = make(ctx, strategy)
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(ctx.rank))
+
+    def backward() -> None:
+        model(x).pow(2).mean().backward()
+
+    with ctx.no_sync(model):
+        with ctx.no_sync(model):
+            backward()
+        backward()  # the inner block has ended, the outer one has not: still no exchange
+        inside = _grads(ctx, model)
+    backward()
+    return inside, _grads(ctx, model)
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +123,17 @@ def test_accumulation_under_no_sync_steps_like_one_process(two_ranks: list[dict[
         assert_close(r[f"accumulate_{strategy}"], single)
     with pytest.raises(AssertionError):
         assert_close(single, plain)  # accumulating is not the same as stepping every batch
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_accumulation_under_no_sync_exchanges_nothing_inside_nested_blocks(
+    two_ranks: list[dict[str, Any]], strategy: str
+) -> None:
+    for r in two_ranks:
+        inside, after = r[f"no_sync_{strategy}"]
+        # DDP keeps each rank's own gradients; FSDP holds them unsharded, out of .grad, until the synced backward
+        assert inside == ((True, False) if strategy == "ddp" else (False, False)), inside
+        assert after == (True, True)
 
 
 def test_bad_fsdp_options_raise_on_every_rank(two_ranks: list[dict[str, Any]]) -> None:

@@ -21,6 +21,7 @@ from idist import DistContext
 from idist.testing import (
     ProcessWorld,
     RankFailedError,
+    RemoteError,
     Runner,
     SimulatedWorld,
     WorldTimeoutError,
@@ -49,6 +50,23 @@ def block_on_one(ctx: DistContext) -> int:
     if ctx.rank == 1:
         raise KeyError("rank one")
     return ctx.all_reduce(1)  # rank 0 waits for rank 1, which never comes
+
+
+class NeedsTwo(Exception):
+    """Pickles, but cannot be rebuilt from its args (one of two)."""
+
+    def __init__(self, code: int, why: str) -> None:
+        super().__init__(f"code {code}: {why}")
+
+
+def raise_needs_two(ctx: DistContext) -> None:
+    raise NeedsTwo(7, f"the disk of rank {ctx.rank} is full")
+
+
+def leader_fails(ctx: DistContext) -> None:
+    with idist.one_rank_first():
+        if ctx.rank == 0:
+            raise ValueError("download failed")
 
 
 def sleep_on_one(ctx: DistContext, seconds: float) -> int:
@@ -87,11 +105,26 @@ def test_a_failing_rank_is_named_and_the_pool_survives(pool: ProcessWorld) -> No
     assert {g[4] for g in pool.run(probe, 0.0)} == pids  # every rank finished: no restart
 
 
+def test_an_exception_that_cannot_be_unpickled_keeps_its_message(pool: ProcessWorld) -> None:
+    with pytest.raises(RankFailedError) as info:
+        pool.run(raise_needs_two)
+    cause = info.value.__cause__
+    assert isinstance(cause, RemoteError)
+    assert "NeedsTwo: code 7: the disk of rank 0 is full" in str(cause) and "raise_needs_two" in str(cause)
+    for _ in range(3):  # blame: the leader's own error, never a follower's LeaderFailedError
+        with pytest.raises(RankFailedError) as info:
+            pool.run(leader_fails)
+        assert info.value.rank == 0 and isinstance(info.value.__cause__, ValueError)
+
+
 def test_a_rank_stuck_after_a_failure_restarts_the_pool(pool: ProcessWorld) -> None:
     pids = {g[4] for g in pool.run(probe, 0.0)}
+    start = time.monotonic()
     with pytest.raises(RankFailedError) as info:
         pool.run(block_on_one)
+    assert time.monotonic() - start < 1.5  # the failed rank broke its group: rank 0 did not wait 3 s
     assert info.value.rank == 1
+    assert "rank 1, which raised KeyError" in str(info.value.failures[0]), info.value.failures
     after = pool.run(probe, 0.5)
     assert [g[3] for g in after] == [1.0, 1.0] and {g[4] for g in after}.isdisjoint(pids)
 

@@ -8,14 +8,12 @@ and iterates its own loader exactly as in a real process.
 from __future__ import annotations
 
 import random
-import threading
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import torch
-from torch.distributed import HashStore
 from torch.utils.data import (
     DataLoader,
     Dataset,
@@ -27,34 +25,21 @@ from torch.utils.data import (
 )
 
 import idist
-from idist import NativeContext, TrainingSetupError
+from idist import TrainingSetupError
+from idist.testing import RankFailedError, simulate
 from idist.training import AutoDataLoader, DistributedProxySampler, ShardSampler
 
 
 def on_ranks(world: int, fn: Callable[[idist.DistContext], Any], timeout: float = 60.0) -> list[Any]:
-    """fn(ctx) on ``world`` in-process gloo ranks (threads); results in rank order."""
-    store = HashStore()
-    out: dict[int, Any] = {}
-    errors: dict[int, BaseException] = {}
+    """fn(ctx) on ``world`` simulated ranks (threads whose groups meet in memory, unchecked, as these
+    contexts are in production); results in rank order, a failing rank's own exception raised as it is.
 
-    def run(rank: int) -> None:
-        ctx = NativeContext.in_process(store, rank, world, timeout=timeout)
-        try:
-            out[rank] = fn(ctx)
-        except BaseException as exc:
-            errors[rank] = exc
-        finally:
-            ctx.close()
-
-    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-    assert not any(t.is_alive() for t in threads), "a rank did not finish"
-    if errors:
-        raise errors[min(errors)]
-    return [out[r] for r in range(world)]
+    Not gloo over loopback in threads: its full-mesh connect fails now and then on a loaded machine.
+    """
+    try:
+        return simulate(world, fn, timeout=timeout, checked=False)
+    except RankFailedError as exc:
+        raise exc.exception from None
 
 
 def dataset(n: int) -> TensorDataset:
@@ -102,6 +87,7 @@ def test_loaders_on_two_ranks_cover_the_epoch_once(drop_last: bool) -> None:
 
     with warnings.catch_warnings():  # the warning filters are process-wide: set them around all ranks
         warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", "23 samples in global batches of 4 leave a last step of 3")
         r0, r1 = on_ranks(2, run)
     for e in range(3):
         seen = flat(r0[e]) + flat(r1[e])
@@ -114,7 +100,8 @@ def test_loaders_on_two_ranks_cover_the_epoch_once(drop_last: bool) -> None:
 
 
 def test_tail_smaller_than_world_warns_and_even_batches_pads() -> None:
-    # 9 samples, global batch 4 on 2 ranks: rank 0 gets 5 (3 batches), rank 1 gets 4 (2 batches)
+    # 9 samples, global batch 4 on 2 ranks: the last step holds 1 sample; rank 1 gets an empty
+    # batch there (or, with even_batches, a repeated sample), so both run 3 batches
     def run(ctx: idist.DistContext) -> tuple[list[list[int]], list[list[int]]]:
         uneven = ctx.auto_dataloader(dataset(9), batch_size=4)
         even = ctx.auto_dataloader(dataset(9), batch_size=4, even_batches=True)
@@ -124,9 +111,10 @@ def test_tail_smaller_than_world_warns_and_even_batches_pads() -> None:
         warnings.simplefilter("always")
         (u0, e0), (u1, e1) = on_ranks(2, run)
     messages = [str(w.message) for w in caught]
-    assert len(messages) == 2 and all("DDP training blocks" in m and "even_batches=True" in m for m in messages)
+    assert len(messages) == 4 and all("last step of 1 sample, split 1, 0" in m for m in messages), messages
+    assert sum("empty batch" in m and "even_batches=True" in m for m in messages) == 2
     assert all(w.filename == __file__ for w in caught)  # attributed to the caller's line
-    assert len(u0) == 3 and len(u1) == 2 and sorted(flat(u0) + flat(u1)) == list(range(9))
+    assert len(u0) == len(u1) == 3 and u1[2] == [] and sorted(flat(u0) + flat(u1)) == list(range(9))
     assert len(e0) == len(e1) == 3
     assert sorted(set(flat(e0) + flat(e1))) == list(range(9)) and len(flat(e0) + flat(e1)) == 10
 
@@ -158,12 +146,12 @@ def test_a_users_distributed_sampler_is_kept_and_advanced() -> None:
     loader = idist.auto_dataloader(dataset(16), batch_size=16, sampler=user)
     assert loader.sampler is user
     e0, e1 = epoch_of(loader)[0], epoch_of(loader)[0]
-    assert e0 != e1 and user.epoch == 1
+    assert e0 != e1 and user.epoch == 2  # the epoch of the next pass
     user.set_epoch(5)  # changed by hand: honoured
     reference = DistributedSampler(dataset(16), num_replicas=1, rank=0, shuffle=True)
     reference.set_epoch(5)
     assert epoch_of(loader)[0] == list(reference)
-    assert epoch_of(loader)[0] != list(reference) and user.epoch == 6
+    assert epoch_of(loader)[0] != list(reference) and user.epoch == 7  # epoch 6 ran; 7 is next
 
 
 def test_a_mismatched_distributed_sampler_warns() -> None:
@@ -246,7 +234,7 @@ def test_global_batch_split_and_the_warning_when_it_does_not_divide() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert on_ranks(3, run) == [(3, 9)] * 3
-    messages = [str(w.message) for w in caught]
+    messages = [str(w.message) for w in caught if "batch_size=10" in str(w.message)]
     assert len(messages) == 3
     assert all("batch_size=10 is the global batch" in m and "global batch is 9" in m for m in messages)
 

@@ -93,3 +93,37 @@ def test_ddp_frees_its_reducer_before_its_group() -> None:
 
     for names in on_ranks(2, run):
         assert names.index(KEEPALIVE) > names.index("reducer")
+
+
+# ------------------------------------------------ the same arguments everywhere (issue 32, item 12)
+def _outcome(ctx: idist.DistContext, kwargs: dict[str, Any]) -> str:
+    try:
+        ctx.auto_model(nn.Linear(2, 2), **kwargs)
+    except TrainingSetupError as exc:
+        return f"refused: {exc}"
+    return "accepted"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "accepted"),
+    [
+        ({"bogus_option": 1}, False),
+        ({"device_ids": None}, True),
+        ({"device_ids": None, "output_device": None}, True),
+        ({"device_ids": [0]}, False),
+        ({"find_unused_parameters": True}, True),
+        ({"strategy": "fsdp", "reshard_after_forward": False}, True),
+        ({"strategy": "fsdp", "bucket_cap_mb": 25}, False),
+    ],
+)
+def test_auto_model_accepts_or_refuses_the_same_arguments_on_one_and_two_ranks(
+    kwargs: dict[str, Any], accepted: bool
+) -> None:
+    serial = _outcome(idist.current(), kwargs)
+    if "strategy" in kwargs:  # FSDP cannot run on threads: its refusal of them is not about the arguments
+        ranks = [serial, serial]
+    else:
+        ranks = on_ranks(2, lambda ctx: _outcome(ctx, kwargs))
+    assert [serial, *ranks] == ["accepted"] * 3 if accepted else all(o.startswith("refused") for o in [serial, *ranks])
+    if not accepted and "bogus_option" in kwargs:
+        assert "bogus_option" in serial and "find_unused_parameters" in serial  # names the valid ones

@@ -40,6 +40,7 @@ from ._errors import (
     CheckpointNotFoundError,
     CheckpointPathError,
     CheckpointStateError,
+    CheckpointUnsafeError,
     CollectiveInputError,
     CollectiveMismatchError,
     CollectiveTimeoutError,
@@ -53,6 +54,7 @@ from ._errors import (
     PeerLostError,
     ReduceOverflowError,
     RendezvousTimeoutError,
+    ThreadContextError,
     TrainingSetupError,
     UnknownBackendError,
     UnsupportedOpError,
@@ -86,9 +88,12 @@ from ._stack import current, finalize, use
 from ._topology import Topology
 from ._types import (
     BackendName,
+    BoolReduceOp,
+    FloatReduceOp,
     GroupArg,
     HorovodBackend,
     HorovodReduceOp,
+    IntReduceOp,
     ModelName,
     NativeBackend,
     ReduceOp,
@@ -121,12 +126,13 @@ __all__ = [
     "Parallel", "SpawnHandle", "spawn",
     # errors
     "AlreadyInitializedError", "BackendUnavailableError", "CheckpointError", "CheckpointMismatchError",
-    "CheckpointNotFoundError", "CheckpointPathError", "CheckpointStateError", "CollectiveInputError",
+    "CheckpointNotFoundError", "CheckpointPathError", "CheckpointStateError", "CheckpointUnsafeError",
+    "CollectiveInputError",
     "CollectiveMismatchError", "CollectiveTimeoutError", "ContextClosedError", "GroupBrokenError", "IdistError",
     "LaunchConfigError", "LaunchEnvironmentError", "LaunchError", "LeaderFailedError", "PeerLostError",
-    "ReduceOverflowError", "RendezvousTimeoutError", "TrainingSetupError",
+    "ReduceOverflowError", "RendezvousTimeoutError", "ThreadContextError", "TrainingSetupError",
     "UnknownBackendError", "UnsupportedOpError", "UnsupportedSamplerError", "UnsupportedValueError",
     # type aliases
-    "BackendName", "GroupArg", "HorovodBackend", "HorovodReduceOp", "ModelName", "NativeBackend",
-    "ReduceOp", "SerialBackend", "Strategy", "XlaBackend",
+    "BackendName", "BoolReduceOp", "FloatReduceOp", "GroupArg", "HorovodBackend", "HorovodReduceOp",
+    "IntReduceOp", "ModelName", "NativeBackend", "ReduceOp", "SerialBackend", "Strategy", "XlaBackend",
 ]  # fmt: skip

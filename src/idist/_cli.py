@@ -6,7 +6,8 @@ starts the ranks with torchrun's variables (``launch/_scripts``); one node witho
 gets a free loopback one. Output lines are prefixed with the global rank; the exit status
 is the first failed rank's (128 + N for signal N). Horovod jobs go through ``horovodrun``.
 ``idist info`` prints the backends, the launcher environment, the interface and devices;
-``idist checkpoint info|convert DIR`` inspects a checkpoint folder (``checkpoint/_inspect``).
+``idist checkpoint info|convert DIR`` inspects a checkpoint folder (``checkpoint/_inspect``)
+without running code from it (``convert --trust`` does, for checkpoints the user trusts).
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     conv = what.add_parser("convert", help="write its whole, unsharded state as one torch.save file")
     conv.add_argument("folder", help="the checkpoint folder")
     conv.add_argument("out", help="the file to write (e.g. model.pt)")
+    trust = "unpickle anything in it, as load_checkpoint(..., weights_only=False): only for checkpoints you trust"
+    conv.add_argument("--trust", action="store_true", help=trust)
     return p
 
 
@@ -205,17 +208,23 @@ def cmd_info() -> int:
 def cmd_checkpoint(a: argparse.Namespace) -> int:
     from pathlib import Path  # (with the imports below)
 
-    from ._errors import CheckpointNotFoundError  # deferred: idist's modules import torch
+    from ._errors import CheckpointError, CheckpointNotFoundError  # deferred: idist's modules import torch
     from .checkpoint import _inspect  # (see above)
 
     try:
         if a.action == "info":
-            print("\n".join(_inspect.info(Path(a.folder))))
-        else:
-            state = _inspect.convert(Path(a.folder), Path(a.out))
-            print(f"wrote {a.out}: {', '.join(state)}")
+            lines, problems = _inspect.info(Path(a.folder))
+            print("\n".join(lines), flush=True)
+            for problem in problems:  # a file it refused or could not read: one line each, no traceback
+                print(f"idist: error: {problem}", file=sys.stderr)
+            return 1 if problems else 0
+        state = _inspect.convert(Path(a.folder), Path(a.out), a.trust)
+        print(f"wrote {a.out}: {', '.join(state)}")
     except CheckpointNotFoundError as exc:
         return _fail(str(exc))
+    except CheckpointError as exc:
+        print(f"idist: error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -181,15 +181,24 @@ def broadcast(ctx: DistContext[CommT], comm: CommT, x: object, src: int) -> obje
     if seen is not None:
         ctx._broadcast_tensor(target, gsrc, comm)
     elif not me:
-        target.copy_(_codec.decode_tensor(buf))
+        _fill(target, _codec.decode_tensor(buf))
     return target
 
 
 def _received(x: object, data: torch.Tensor) -> torch.Tensor:
     """A receiver's result when the data landed in a new tensor: into ``x`` if it has the shape."""
     if isinstance(x, torch.Tensor) and _speculative.fits(x, (tuple(data.shape), data.dtype)):
-        return x.copy_(data)
+        return _fill(x, data)
     return data
+
+
+def _fill(target: torch.Tensor, data: torch.Tensor) -> torch.Tensor:
+    """``target.copy_(data)``; a Parameter that requires grad is filled too, as torch.distributed's
+    broadcast fills it (autograd refuses an in-place copy into a leaf that requires grad)."""
+    if target.requires_grad:
+        with torch.no_grad():
+            return target.copy_(data)
+    return target.copy_(data)
 
 
 def _broadcast_frame(x: object) -> _frame.Frame:

@@ -10,27 +10,39 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, overload
 
 import attrs
 import torch
+from typing_extensions import deprecated
 
 from . import _collectives, _rank_only
-from ._core import CommT
+from ._core import CommT_co
 from ._group import Group, check_ranks
 from ._log import visible_logger
 from ._training_api import TrainingMethods
-from ._types import GroupArg, ModelName, ReduceOp
+from ._types import (
+    BoolReduceOp,
+    BoolRefusedOp,
+    FloatReduceOp,
+    FloatValue,
+    GroupArg,
+    IntReduceOp,
+    ModelName,
+    NoneT,
+    ReduceOp,
+)
 
 __all__ = ["DistContext"]
 
 T = TypeVar("T")
 TensorT = TypeVar("TensorT", bound=torch.Tensor)
-F = TypeVar("F", bound=Callable[..., object])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @attrs.frozen(eq=False, kw_only=True)
-class DistContext(TrainingMethods[CommT]):
+class DistContext(TrainingMethods[CommT_co]):
     """A distributed configuration, fixed at creation.
 
     Use the module functions (``idist.all_reduce``...) or this object's methods; both
@@ -116,14 +128,21 @@ class DistContext(TrainingMethods[CommT]):
         return Group(key, key.index(self.rank) if self.rank in key else -1)
 
     # ------------------------------------------------------------- collectives
+    # One overload per value type, with the ops the runtime takes for it (``_reduce``'s tables).
     @overload
     def all_reduce(self, tensor: TensorT, op: ReduceOp = "SUM", group: GroupArg = None) -> TensorT: ...
     @overload
-    def all_reduce(self, tensor: bool, op: ReduceOp = "SUM", group: GroupArg = None) -> bool: ...
+    def all_reduce(self, tensor: bool, op: BoolReduceOp, group: GroupArg = None) -> bool: ...
     @overload
-    def all_reduce(self, tensor: int, op: ReduceOp = "SUM", group: GroupArg = None) -> int: ...
+    @deprecated(
+        "all_reduce of a bool takes op AND, OR, MIN or MAX (SUM, PRODUCT and AVERAGE raise "
+        "UnsupportedOpError); to count the True values, reduce int(flag)"
+    )
+    def all_reduce(self, tensor: bool, op: BoolRefusedOp = "SUM", group: GroupArg = None) -> bool: ...
     @overload
-    def all_reduce(self, tensor: float, op: ReduceOp = "SUM", group: GroupArg = None) -> float: ...
+    def all_reduce(self, tensor: int, op: IntReduceOp = "SUM", group: GroupArg = None) -> int: ...
+    @overload
+    def all_reduce(self, tensor: FloatValue, op: FloatReduceOp = "SUM", group: GroupArg = None) -> float: ...
     def all_reduce(self, tensor: object, op: ReduceOp = "SUM", group: GroupArg = None) -> object:
         """Reduce ``tensor`` (a tensor or a Python number) over the group (all ranks by default).
 
@@ -163,10 +182,21 @@ class DistContext(TrainingMethods[CommT]):
         self._checkpoint(comm, "all_gather", value=x, error=error)
         return _collectives.all_gather(comm, x)
 
+    # What a rank gets: src's value, of the type every rank passes (so ``X | None`` when src may pass
+    # None, and for a rank outside ``group``, which gets its own input back); a tensor placeholder
+    # that does not fit (a Parameter among them) gives way to a new plain Tensor.
     @overload
-    def broadcast(self, tensor: None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> Any: ...
+    def broadcast(self, tensor: NoneT, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> Any: ...  # pyright: ignore[reportInvalidTypeVarUse]
     @overload
-    def broadcast(self, tensor: T | None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> T: ...
+    def broadcast(
+        self, tensor: torch.Tensor, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False
+    ) -> torch.Tensor: ...
+    @overload
+    def broadcast(
+        self, tensor: torch.Tensor | None, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False
+    ) -> torch.Tensor | None: ...
+    @overload
+    def broadcast(self, tensor: T, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> T: ...
     def broadcast(self, tensor: object, src: int = 0, group: GroupArg = None, *, safe_mode: bool = False) -> object:
         """Every rank returns ``src``'s value (``src`` is a global rank).
 
@@ -230,8 +260,10 @@ class DistContext(TrainingMethods[CommT]):
         return self.all_reduce(bool(failed), "OR", group)
 
     # -------------------------------------------------------- rank-only helpers
-    def one_rank_only(self, rank: int = 0, with_barrier: bool = True) -> Callable[[F], F]:
-        """Decorator: run the function on ``rank`` only (others get None), then barrier."""
+    def one_rank_only(
+        self, rank: int = 0, with_barrier: bool = True
+    ) -> Callable[[Callable[P, R]], Callable[P, R | None]]:
+        """Decorator: run the function on ``rank`` only (the others get None), then barrier."""
         return _rank_only.one_rank_only(lambda: self, rank, with_barrier)
 
     def one_rank_first(self, rank: int = 0, local: bool = False) -> AbstractContextManager[None]:

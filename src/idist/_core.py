@@ -33,17 +33,21 @@ if TYPE_CHECKING:
     from torch.optim import Optimizer
 
     from .training import AutoDataLoader
+    from .training._feed import Feed
     from .training._options import OptimOptions
 
 T = TypeVar("T")
 OptimizerT = TypeVar("OptimizerT", bound="Optimizer")
-#: a backend's comm type; a bare ``DistContext`` annotation means any backend's
-CommT = DefaultTypeVar("CommT", bound=Comm, default=Any)
+#: a comm type, in ``ContextState`` and the hooks (a hook's ``self`` gives it: ``ContextCore[CommT]``)
+CommT = TypeVar("CommT", bound=Comm)
+#: a context's comm type: covariant, so a ``NativeContext`` is a ``DistContext``; a bare ``DistContext``
+#: is ``DistContext[Comm]``, any backend's, and so only the calls every backend takes type-check on it
+CommT_co = DefaultTypeVar("CommT_co", bound=Comm, default=Comm, covariant=True)
 
 
 @attrs.define(eq=False)
 class ContextState(Generic[CommT]):
-    """The only mutable part of a context: lifecycle and comms (with their caches)."""
+    """The only mutable part of a context: lifecycle, comms (with their caches), the training feed."""
 
     world: CommT
     #: comms of subgroups given as global ranks (a list, a ``Group``), by their rank tuple
@@ -52,13 +56,15 @@ class ContextState(Generic[CommT]):
     #: itself, never by its ``id()``, which a later group may reuse once this one is gone
     group_comms: weakref.WeakKeyDictionary[object, CommT | None] = attrs.Factory(weakref.WeakKeyDictionary)
     on_close: list[Callable[[], None]] = attrs.Factory(list)
+    #: the weight and place of the batch this rank's loaders yielded last (training/_feed.py)
+    feed: Feed | None = None
     closed: bool = False
     #: set by the context that owns this state; a second one (``attrs.evolve``) is refused
     owned: bool = False
 
 
 @attrs.frozen(eq=False, kw_only=True)
-class ContextCore(ABC, Generic[CommT]):
+class ContextCore(ABC, Generic[CommT_co]):
     """Fields, lifecycle and backend hooks of a context (``DistContext`` adds the API)."""
 
     backend: str
@@ -66,7 +72,7 @@ class ContextCore(ABC, Generic[CommT]):
     device: torch.device
     #: What decided each field: variable names and values, or ``"argument"``.
     config: Mapping[str, str] = attrs.field(factory=dict, repr=False)
-    _state: ContextState[CommT] = attrs.field(repr=False, alias="_state")
+    _state: ContextState[CommT_co] = attrs.field(repr=False, alias="_state")
 
     MODEL_NAME: ClassVar[ModelName] = "serial"
     VALID_OPS: ClassVar[tuple[str, ...]] = COMMON_OPS
@@ -119,25 +125,25 @@ class ContextCore(ABC, Generic[CommT]):
 
     # ----------------------------------------------------------- backend hooks
     @abstractmethod
-    def _make_comm(self, ranks: tuple[int, ...]) -> CommT | None:
+    def _make_comm(self, ranks: tuple[int, ...]) -> CommT_co | None:
         """The comm of a subgroup (every rank calls it); None where this rank is not in it."""
 
-    def _native_group_comm(self, group: object) -> CommT | None:
+    def _native_group_comm(self, group: object) -> CommT_co | None:
         """The comm for a backend's own group object; None when this rank is not in it."""
         raise CollectiveInputError(f"group must be a list of global ranks or a group from new_group(), got {group!r}")
 
     @abstractmethod
-    def _allreduce_tensor(self, t: torch.Tensor, op: str, comm: CommT) -> None:
+    def _allreduce_tensor(self: ContextCore[CommT], t: torch.Tensor, op: str, comm: CommT) -> None:
         """Reduce ``t`` in place over ``comm`` (``op`` already valid for ``t``'s dtype)."""
 
     @abstractmethod
-    def _broadcast_tensor(self, t: torch.Tensor, src: int, comm: CommT) -> None:
+    def _broadcast_tensor(self: ContextCore[CommT], t: torch.Tensor, src: int, comm: CommT) -> None:
         """Broadcast ``t`` in place from group rank ``src`` (same shape and dtype everywhere)."""
 
     @abstractmethod
-    def _barrier(self, comm: CommT) -> None: ...
+    def _barrier(self: ContextCore[CommT], comm: CommT) -> None: ...
 
-    def _pipeline(self, comm: CommT) -> Pipeline | None:
+    def _pipeline(self: ContextCore[CommT], comm: CommT) -> Pipeline | None:
         """``comm`` when it can send a broadcast's header and data together (see _speculative)."""
         return None
 
@@ -150,7 +156,7 @@ class ContextCore(ABC, Generic[CommT]):
             torch.cuda.synchronize(self.device)
 
     def _checkpoint(
-        self,
+        self: ContextCore[CommT],
         comm: CommT,
         call: str,
         op: str = "",
@@ -167,7 +173,7 @@ class ContextCore(ABC, Generic[CommT]):
         if error is not None:
             raise error
 
-    def _stand_by(self, comm: CommT, call: str, src: int, error: IdistError | None) -> None:
+    def _stand_by(self: ContextCore[CommT], comm: CommT, call: str, src: int, error: IdistError | None) -> None:
         """Take this rank's part in ``call`` over ``comm`` from outside its group (a *bystander*).
 
         Only a backend whose collectives every rank of the world runs has bystanders (XLA): its
@@ -221,13 +227,13 @@ class ContextCore(ABC, Generic[CommT]):
             )
 
     # ------------------------------------------------------------------ groups
-    def _comm_for(self, key: tuple[int, ...]) -> CommT | None:
+    def _comm_for(self, key: tuple[int, ...]) -> CommT_co | None:
         comms = self._state.comms
         if key not in comms:
             comms[key] = self._state.world if len(key) == self.topology.world_size else self._make_comm(key)
         return comms[key]
 
-    def _enter(self, group: GroupArg) -> tuple[CommT | None, IdistError | None]:
+    def _enter(self, group: GroupArg) -> tuple[CommT_co | None, IdistError | None]:
         """The comm of ``group`` (None, or a bystander's with ``group_rank == -1``: not a member);
         for a bad group, the world's and the error."""
         self._check_open()
@@ -238,7 +244,9 @@ class ContextCore(ABC, Generic[CommT]):
         except IdistError as exc:
             return self._state.world, exc
 
-    def _outside(self, comm: CommT | None, call: str, x: T, error: IdistError | None, src: int = -1) -> T:
+    def _outside(
+        self: ContextCore[CommT], comm: CommT | None, call: str, x: T, error: IdistError | None, src: int = -1
+    ) -> T:
         """What a rank outside the group returns: ``x``, once a bystander took its part (``_stand_by``)."""
         if comm is not None:
             self._stand_by(comm, call, src, error)
@@ -246,7 +254,7 @@ class ContextCore(ABC, Generic[CommT]):
             raise error
         return x
 
-    def _comm(self, group: GroupArg) -> CommT | None:
+    def _comm(self, group: GroupArg) -> CommT_co | None:
         """The comm for ``group``, or None when this rank is not in it."""
         self._check_open()
         if group is None:

@@ -8,6 +8,8 @@ every rank raises the same class with the same text.
 
 from __future__ import annotations
 
+import pickle
+
 __all__ = [
     "AlreadyInitializedError",
     "BackendUnavailableError",
@@ -16,6 +18,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "CheckpointPathError",
     "CheckpointStateError",
+    "CheckpointUnsafeError",
     "CollectiveInputError",
     "CollectiveMismatchError",
     "CollectiveTimeoutError",
@@ -29,6 +32,7 @@ __all__ = [
     "LaunchError",
     "ReduceOverflowError",
     "RendezvousTimeoutError",
+    "ThreadContextError",
     "TrainingSetupError",
     "UnknownBackendError",
     "UnsupportedOpError",
@@ -52,6 +56,7 @@ class IdistError(Exception):
     ├── LaunchError                  (RuntimeError) a spawned rank failed, or a launch could not start
     │   └── LaunchConfigError        (ValueError)   spawn / Parallel / CLI arguments that cannot work
     ├── ContextClosedError           (RuntimeError) a context used after finalize()/its block
+    ├── ThreadContextError           (RuntimeError) a thread that belongs to no simulated rank, during a run
     ├── CollectiveTimeoutError       (TimeoutError) a collective did not complete in time (names the missing ranks)
     ├── RendezvousTimeoutError       (TimeoutError) ranks (nodes) that did not join the rendezvous in time
     ├── PeerLostError                (ConnectionError) a peer died, closed its connection or went silent mid-collective
@@ -147,6 +152,13 @@ class ContextClosedError(IdistError, RuntimeError):
     """A context was used after it was finalized."""
 
 
+class ThreadContextError(IdistError, RuntimeError):
+    """idist was called, during a simulated run, from a thread that no simulated rank started.
+
+    Its rank cannot be known (``idist.testing``: threads inherit the rank that starts them).
+    """
+
+
 class CollectiveMismatchError(CollectiveInputError):
     """Ranks called different collectives (checked mode): the message has a per-rank table."""
 
@@ -186,8 +198,8 @@ class UnsupportedSamplerError(TrainingSetupError, TypeError):
 class CheckpointError(IdistError, RuntimeError):
     """A checkpoint save or load failed on some rank; raised on every rank, naming the ranks.
 
-    A failed save leaves the checkpoint that was at the path as it was; a failed load
-    changes no parameter.
+    A failed save leaves what was at the path as it was; a failed load changes nothing, or
+    says in its message what it changed (docs/sharding.md).
     """
 
 
@@ -196,7 +208,8 @@ class CheckpointStateError(CheckpointError, ValueError):
 
 
 class CheckpointMismatchError(CheckpointError, ValueError):
-    """The state and the checkpoint differ: missing or unexpected keys, shapes that do not fit (all listed)."""
+    """The state and the checkpoint differ (missing or unexpected keys, shapes that do not fit: all listed),
+    or the ranks read different checkpoints (which rank read which save)."""
 
 
 class CheckpointPathError(CheckpointError, OSError):
@@ -205,6 +218,14 @@ class CheckpointPathError(CheckpointError, OSError):
 
 class CheckpointNotFoundError(CheckpointPathError, FileNotFoundError):
     """No checkpoint at the path (on the ranks named)."""
+
+
+class CheckpointUnsafeError(CheckpointError, pickle.UnpicklingError):
+    """A checkpoint file names code to run on loading (a global outside the safe list): refused, named.
+
+    Raised before the state changes; ``load_checkpoint(path, state, weights_only=False)``
+    loads it, for checkpoints you trust.
+    """
 
 
 # Codes used to ship an error class from one rank to the others (see _codec).

@@ -1,9 +1,9 @@
 """Run code on one rank: ``one_rank_only`` (decorator) and ``one_rank_first`` (block).
 
 Both are exception-safe: when the leading rank raises, its exception propagates there and
-every follower raises ``LeaderFailedError`` (with the leader's message) instead of running
-the block or waiting forever. The leader's status travels in one ``all_gather`` that also
-serves as the barrier.
+every follower raises ``LeaderFailedError`` (with the leader's message, cut to a bounded
+length) instead of running the block or waiting forever. The leader's status travels in one
+``all_gather`` that also serves as the barrier (its message in a second round: ``_reports``).
 
 Both take a function that gives the context: the module-level forms resolve it when the
 decorated function is *called*, since decorators usually run at import, before
@@ -15,14 +15,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
+from . import _reports
 from ._errors import CollectiveInputError, LeaderFailedError
 
 if TYPE_CHECKING:
     from ._context import DistContext
 
-F = TypeVar("F", bound=Callable[..., object])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _check(ctx: DistContext, rank: int, local: bool) -> None:
@@ -34,25 +36,29 @@ def _check(ctx: DistContext, rank: int, local: bool) -> None:
 
 def _exchange_status(ctx: DistContext, failure: str | None, what: str) -> None:
     """Everyone learns whether a leader failed; followers raise if one did."""
-    statuses: list[str | None] = ctx.all_gather(failure)
+    outcome = _reports.exchange(ctx, failure=None if failure is None else ("", f"rank {ctx.rank}", failure))
     if failure is not None:
         return  # the leader re-raises its own exception
-    failed = [(r, msg) for r, msg in enumerate(statuses) if msg is not None]
-    if failed:
-        r, msg = failed[0]
-        raise LeaderFailedError(f"rank {r} raised inside {what}, so rank {ctx.rank} stops too: {msg}")
+    if outcome.failed:
+        leader = outcome.failed[0]
+        raise LeaderFailedError(
+            f"rank {leader.ranks[0]} raised inside {what}, so rank {ctx.rank} stops too: {leader.text}"
+        )
 
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def one_rank_only(resolve: Callable[[], DistContext], rank: int = 0, with_barrier: bool = True) -> Callable[[F], F]:
-    """The decorator; ``resolve`` gives the context when the function is called."""
+def one_rank_only(
+    resolve: Callable[[], DistContext], rank: int = 0, with_barrier: bool = True
+) -> Callable[[Callable[P, R]], Callable[P, R | None]]:
+    """The decorator; ``resolve`` gives the context when the function is called. The other ranks
+    get None, so the decorated function returns ``R | None``."""
 
-    def decorator(fn: F) -> F:
+    def decorator(fn: Callable[P, R]) -> Callable[P, R | None]:
         @functools.wraps(fn)
-        def wrapper(*args: object, **kwargs: object) -> object:
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | None:
             c = resolve()
             _check(c, rank, local=False)
             if c.rank != rank:
@@ -69,7 +75,7 @@ def one_rank_only(resolve: Callable[[], DistContext], rank: int = 0, with_barrie
                 _exchange_status(c, None, "one_rank_only")
             return result
 
-        return cast(F, wrapper)
+        return wrapper
 
     return decorator
 

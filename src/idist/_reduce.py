@@ -8,6 +8,7 @@ bit for bit on every rank, and an int result outside int64 is an error, not a wr
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
 from functools import reduce
 
@@ -92,14 +93,18 @@ def _max(a: float, b: float) -> float:
     return b if b > a else a
 
 
+# operator's functions, not lambdas: ``a * b`` in a lambda runs float_mul until CPython specializes
+# the instruction, then its own multiply, and the two order a NaN's operands differently (NaN *
+# NaN gives either sign): ranks whose folds straddle that moment (simulated ranks share the
+# lambda) disagreed on the bits.
 _FOLDS: dict[str, Callable[..., object]] = {
-    "SUM": lambda a, b: a + b,
-    "PRODUCT": lambda a, b: a * b,
+    "SUM": operator.add,
+    "PRODUCT": operator.mul,
     "MIN": _nan_aware(_min),
     "MAX": _nan_aware(_max),
-    "AND": lambda a, b: a & b,
-    "OR": lambda a, b: a | b,
-    "AVERAGE": lambda a, b: a + b,
+    "AND": operator.and_,
+    "OR": operator.or_,
+    "AVERAGE": operator.add,
 }
 
 

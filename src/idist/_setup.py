@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import socket
 from contextlib import AbstractContextManager
-from typing import final, overload
+from typing import cast, final, overload
 
 import torch
-from typing_extensions import Unpack
+from typing_extensions import Unpack, deprecated
 
 from . import _backends, _stack
 from ._backends.horovod import HorovodContext
@@ -32,10 +32,11 @@ from ._types import (
 
 
 # ------------------------------------------------------------------- setup
-# Without a backend the launcher's may be any: torch.distributed's options (the most) type-check, and the
-# backend chosen refuses those it does not take when it is created.
+# A backend named by a literal gives its context class and takes that backend's options. Without one,
+# or with a name only known when the code runs (a str), the backend may be serial, which takes no
+# options: so none type-check there, and the context is a bare DistContext (the calls every backend takes).
 @overload
-def initialize(backend: None = None, **kwargs: Unpack[NativeOptions]) -> DistContext: ...
+def initialize(backend: None = None) -> DistContext: ...
 @overload
 def initialize(backend: SerialBackend) -> SerialContext: ...
 @overload
@@ -44,22 +45,24 @@ def initialize(backend: NativeBackend, **kwargs: Unpack[NativeOptions]) -> Nativ
 def initialize(backend: HorovodBackend, **kwargs: Unpack[HorovodOptions]) -> HorovodContext: ...
 @overload
 def initialize(backend: XlaBackend, **kwargs: Unpack[XlaOptions]) -> XlaContext: ...
-def initialize(backend: BackendName | None = None, **kwargs: object) -> DistContext:
+@overload
+def initialize(backend: str) -> DistContext: ...
+def initialize(backend: str | None = None, **kwargs: object) -> DistContext:
     """Create the process-wide default context and return it.
 
     With no backend, the launcher's environment decides (torchrun / idist.spawn, SLURM,
     OpenMPI, MPICH, horovodrun); with none present it is a ``SerialContext``. Options:
     ``rank``, ``world_size``, ``init_method``, ``master_addr``, ``master_port``, ``store``,
-    ``timeout`` (seconds) and ``checked`` for torch.distributed, ``timeout`` for Horovod and
-    XLA, none for serial; an option the backend does not take raises ``TypeError``. Raises
-    ``UnknownBackendError`` (lists the available ones), ``BackendUnavailableError``,
-    ``LaunchEnvironmentError`` or ``AlreadyInitializedError``.
+    ``timeout`` (seconds), ``checked`` and ``liveness`` for torch.distributed, ``timeout`` for
+    Horovod and XLA, none for serial (so none without a backend name); an option the backend does
+    not take raises ``TypeError``. Raises ``UnknownBackendError`` (lists the available ones),
+    ``BackendUnavailableError``, ``LaunchEnvironmentError`` or ``AlreadyInitializedError``.
     """
     return _stack.initialize(backend, **kwargs)
 
 
 @overload
-def context(backend: None = None, **kwargs: Unpack[NativeOptions]) -> AbstractContextManager[DistContext]: ...
+def context(backend: None = None) -> AbstractContextManager[DistContext]: ...
 @overload
 def context(backend: SerialBackend) -> AbstractContextManager[SerialContext]: ...
 @overload
@@ -68,9 +71,12 @@ def context(backend: NativeBackend, **kwargs: Unpack[NativeOptions]) -> Abstract
 def context(backend: HorovodBackend, **kwargs: Unpack[HorovodOptions]) -> AbstractContextManager[HorovodContext]: ...
 @overload
 def context(backend: XlaBackend, **kwargs: Unpack[XlaOptions]) -> AbstractContextManager[XlaContext]: ...
-def context(backend: BackendName | None = None, **kwargs: object) -> AbstractContextManager[DistContext]:
+@overload
+def context(backend: str) -> AbstractContextManager[DistContext]: ...
+def context(backend: str | None = None, **kwargs: object) -> AbstractContextManager[DistContext]:
     """``with idist.context("gloo") as ctx:`` creates a context, makes it current for the
-    block (in this thread/task only) and finalizes it on exit, also on an exception."""
+    block (in this thread/task only) and finalizes it on exit, also on an exception.
+    Backends and options as ``initialize``'s."""
     return _stack.scoped(backend, **kwargs)
 
 
@@ -79,9 +85,9 @@ def show_config() -> None:
     current().show_config()
 
 
-def available_backends() -> tuple[str, ...]:
+def available_backends() -> tuple[BackendName, ...]:
     """Backends that can be selected on this machine."""
-    return tuple(_backends.available())
+    return cast("tuple[BackendName, ...]", tuple(_backends.available()))  # the registry's keys are these names
 
 
 @final
@@ -153,6 +159,11 @@ def hostname() -> str:
     return socket.gethostname()
 
 
+@overload
+@deprecated("set_local_rank takes an int >= 0: a bool raises LaunchConfigError")
+def set_local_rank(index: bool) -> None: ...
+@overload
+def set_local_rank(index: int) -> None: ...
 def set_local_rank(index: int) -> None:
     """ignite's hint: this process's local rank when idist adopts a torch.distributed group
     you initialized and no launcher variable (``LOCAL_RANK``...) says it.

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar, cast, overload
 
 from typing_extensions import Unpack
 
-from ._core import CommT, ContextCore
+from ._core import CommT_co, ContextCore
 from .training import _accumulate, _dataloader, _model, _optim, _settings
 from .training._options import AutoDataLoaderOptions, DDPOptions, FSDPOptions, OptimOptions, Strategy
 
@@ -24,9 +24,11 @@ if TYPE_CHECKING:
     from typing import Literal
 
     from torch import nn
+    from torch.nn.parallel import DataParallel, DistributedDataParallel
     from torch.optim import Optimizer
     from torch.utils.data import DataLoader, Dataset
 
+    from ._backends.horovod._comm import HorovodComm
     from ._backends.native._comm import NativeComm
     from ._backends.serial import SelfComm
     from ._backends.xla._comm import XlaComm
@@ -36,10 +38,11 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 OptimizerT = TypeVar("OptimizerT", bound="Optimizer")
+M = TypeVar("M", bound="nn.Module")
 PathArg = str | os.PathLike[str]
 
 
-class TrainingMethods(ContextCore[CommT]):
+class TrainingMethods(ContextCore[CommT_co]):
     """The training and checkpoint methods (``DistContext`` adds the queries and collectives)."""
 
     @property
@@ -47,26 +50,39 @@ class TrainingMethods(ContextCore[CommT]):
         # every context is a DistContext, which derives from this class; the helpers use its collectives
         return cast("DistContext", self)
 
+    # What auto_model returns, by backend: the model itself where it is kept in place (FSDP shards it in
+    # place; Horovod and XLA replicate it), else the DDP or DataParallel wrapping it.
     @overload
     def auto_model(
         self: TrainingMethods[NativeComm] | TrainingMethods[SelfComm],
-        model: nn.Module,
-        sync_bn: bool = False,
-        *,
-        strategy: Literal["ddp"] = "ddp",
-        **kwargs: Unpack[DDPOptions],
-    ) -> nn.Module: ...
-    @overload
-    def auto_model(
-        self: TrainingMethods[NativeComm] | TrainingMethods[SelfComm],
-        model: nn.Module,
+        model: M,
         sync_bn: bool = False,
         *,
         strategy: Literal["fsdp"],
         **kwargs: Unpack[FSDPOptions],
-    ) -> nn.Module: ...
+    ) -> M: ...
     @overload
-    def auto_model(self, model: nn.Module, sync_bn: bool = False, **kwargs: Unpack[DDPOptions]) -> nn.Module: ...
+    def auto_model(
+        self: TrainingMethods[HorovodComm] | TrainingMethods[XlaComm],
+        model: M,
+        sync_bn: bool = False,
+        *,
+        strategy: Literal["ddp"] = "ddp",
+        **kwargs: Unpack[DDPOptions],
+    ) -> M: ...
+    @overload
+    def auto_model(
+        self: TrainingMethods[SelfComm],
+        model: M,
+        sync_bn: bool = False,
+        *,
+        strategy: Literal["ddp"] = "ddp",
+        **kwargs: Unpack[DDPOptions],
+    ) -> M | DataParallel[M]: ...
+    @overload
+    def auto_model(
+        self, model: M, sync_bn: bool = False, *, strategy: Literal["ddp"] = "ddp", **kwargs: Unpack[DDPOptions]
+    ) -> M | DistributedDataParallel | DataParallel[M]: ...
     def auto_model(
         self, model: nn.Module, sync_bn: bool = False, *, strategy: Strategy = "ddp", **kwargs: object
     ) -> nn.Module:
@@ -78,10 +94,23 @@ class TrainingMethods(ContextCore[CommT]):
         the root holding parameters (or every submodule of the classes in ``shard_modules=``),
         then on the root, over a mesh of this context's process group; ``kwargs`` go to
         ``fully_shard``. One process keeps the model whole. Never wraps a wrapped model twice.
-        ``sync_bn`` converts BatchNorm to SyncBatchNorm (GPU only).
+        ``sync_bn`` converts BatchNorm to SyncBatchNorm (GPU only). The result is typed as what
+        this backend returns: keep your own name for ``model`` to reach its attributes.
         """
         return _model.auto_model(self._context, model, sync_bn, strategy, dict(kwargs))
 
+    # XLA's optimizer takes no options; Horovod's DistributedOptimizer does, and serial and
+    # torch.distributed log them as ignored, so code written for Horovod runs there too.
+    @overload
+    def auto_optim(self: TrainingMethods[XlaComm], optimizer: OptimizerT) -> OptimizerT: ...
+    @overload
+    def auto_optim(
+        self: TrainingMethods[NativeComm] | TrainingMethods[SelfComm] | TrainingMethods[HorovodComm],
+        optimizer: OptimizerT,
+        **kwargs: Unpack[OptimOptions],
+    ) -> OptimizerT: ...
+    @overload
+    def auto_optim(self, optimizer: OptimizerT) -> OptimizerT: ...
     def auto_optim(self, optimizer: OptimizerT, **kwargs: Unpack[OptimOptions]) -> OptimizerT:
         """The optimizer adapted for this backend (unchanged on serial and torch.distributed)."""
         return _optim.auto_optim(self._context, optimizer, **kwargs)
@@ -156,23 +185,29 @@ class TrainingMethods(ContextCore[CommT]):
         load them; plain values (pickled) and ``state_dict()`` of other stateful objects are
         written beside by rank 0. The folder is published by one rename after every rank has
         written: if any rank fails, every rank raises (``CheckpointError``) and the checkpoint
-        already at ``path`` stays whole. A path not every rank sees raises ``CheckpointPathError``
-        before any data is written.
+        already at ``path`` stays whole. A save replaces only a checkpoint: anything else at
+        ``path`` (the user's files, the working folder), or a path not every rank sees, raises
+        ``CheckpointPathError`` before any data is written.
         """
         from .checkpoint import _save  # slow: torch.distributed.checkpoint adds ~1 s to every import
 
         _save.save(self._context, path, state)
 
-    def load_checkpoint(self, path: PathArg, state: Mapping[str, object], *, strict: bool = True) -> Loaded:
+    def load_checkpoint(
+        self, path: PathArg, state: Mapping[str, object], *, strict: bool = True, weights_only: bool = True
+    ) -> Loaded:
         """Load the checkpoint at ``path`` into ``state``'s modules and optimizers; return its plain values.
 
-        Every rank calls it. Keys and shapes are compared first: with ``strict`` any missing or
-        unexpected key or shape that does not fit raises ``CheckpointMismatchError`` on every
-        rank, listing them, and nothing changes; ``strict=False`` loads what matches and lists
-        the rest in the result's ``skipped``. Stateful objects get ``load_state_dict``; plain
-        values of a mutable ``state`` are replaced. No checkpoint at ``path``:
-        ``CheckpointNotFoundError`` (a ``FileNotFoundError``) on every rank.
+        Every rank calls it, and every rank must read the same save (else
+        ``CheckpointMismatchError``). Keys and shapes are compared first: with ``strict`` any
+        missing or unexpected key or shape that does not fit raises ``CheckpointMismatchError``
+        on every rank, listing them, and nothing changes; ``strict=False`` loads what matches
+        and lists the rest in the result's ``skipped``. Stateful objects get
+        ``load_state_dict``; plain values of a mutable ``state`` are replaced. No checkpoint at
+        ``path``: ``CheckpointNotFoundError`` (a ``FileNotFoundError``) on every rank.
+        Pickled files admit only common values (``weights_only=True``; anything else raises
+        ``CheckpointUnsafeError``); ``weights_only=False`` is only for checkpoints you trust.
         """
         from .checkpoint import _load  # slow: torch.distributed.checkpoint adds ~1 s to every import
 
-        return _load.load(self._context, path, state, strict)
+        return _load.load(self._context, path, state, strict, weights_only)

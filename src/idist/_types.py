@@ -3,8 +3,7 @@ the options ``initialize`` / ``context`` take for each backend."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, TypedDict, TypeVar
 
 if TYPE_CHECKING:
     import datetime
@@ -13,6 +12,7 @@ if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
     from ._group import Group
+    from .launch._plan import StartMethod
 
 NativeBackend: TypeAlias = Literal["gloo", "nccl", "mpi"]
 HorovodBackend: TypeAlias = Literal["horovod"]
@@ -25,6 +25,24 @@ ModelName: TypeAlias = Literal["serial", "native-dist", "horovod-dist", "xla-dis
 ReduceOp: TypeAlias = Literal["SUM", "PRODUCT", "MIN", "MAX", "AVERAGE", "AND", "OR"]
 #: Horovod adds ADASUM; only ``HorovodContext.all_reduce`` accepts it.
 HorovodReduceOp: TypeAlias = Literal["SUM", "PRODUCT", "MIN", "MAX", "AVERAGE", "AND", "OR", "ADASUM"]
+#: The ops ``all_reduce`` takes for a Python ``float``, ``int`` and ``bool`` (``_reduce``'s tables).
+FloatReduceOp: TypeAlias = Literal["SUM", "PRODUCT", "MIN", "MAX", "AVERAGE"]
+IntReduceOp: TypeAlias = Literal["SUM", "PRODUCT", "MIN", "MAX", "AND", "OR"]
+BoolReduceOp: TypeAlias = Literal["AND", "OR", "MIN", "MAX"]
+#: what a bool is refused: a bool is an int to a type checker, so an overload marked deprecated flags
+#: these (an error in pyright strict, and in mypy with the ``deprecated`` error code on)
+BoolRefusedOp: TypeAlias = Literal["SUM", "PRODUCT", "AVERAGE"]
+#: ``broadcast``'s receiver that passes None: a TypeVar bound to None rather than plain None, because
+#: mypy's overload rule for a plain None beside a TypeVar makes ``X | None`` come back as ``X | Any``
+NoneT = TypeVar("NoneT", bound="None")
+
+
+class FloatValue(Protocol):
+    """A Python ``float`` and not an ``int``: ``all_reduce``'s float overload takes this, because a type
+    checker lets an ``int`` pass for ``float``, and ``AVERAGE`` of ints is refused (``hex`` is float's own)."""
+
+    def hex(self) -> str: ...
+
 
 COMMON_OPS: tuple[str, ...] = ("SUM", "PRODUCT", "MIN", "MAX", "AVERAGE", "AND", "OR")
 
@@ -38,9 +56,10 @@ class ProcessSetLike(Protocol):
     def ranks(self) -> list[int] | None: ...
 
 
-#: ``group=``: a list of global ranks, a ``Group`` from ``new_group``, or the backend's own
-#: group (a torch ``ProcessGroup``, a Horovod ``ProcessSet``). A str is not a group.
-GroupArg: TypeAlias = "Sequence[int] | Group | ProcessGroup | ProcessSetLike | None"
+#: ``group=``: a list, tuple or range of global ranks, a ``Group`` from ``new_group``, or the backend's
+#: own group (a torch ``ProcessGroup``, a Horovod ``ProcessSet``). Other sequences (a str, bytes, a
+#: deque) are refused when the call runs, so they are not in the type either.
+GroupArg: TypeAlias = "list[int] | tuple[int, ...] | range | Group | ProcessGroup | ProcessSetLike | None"
 
 
 class NativeOptions(TypedDict, total=False):
@@ -58,6 +77,8 @@ class NativeOptions(TypedDict, total=False):
     store: Store | None
     timeout: float | datetime.timedelta | None
     checked: bool | None
+    #: seconds of silence after which a peer is lost (default ``IDIST_LIVENESS``, else 30; 0: off)
+    liveness: float | None
 
 
 class HorovodOptions(TypedDict, total=False):
@@ -69,4 +90,34 @@ class HorovodOptions(TypedDict, total=False):
 class XlaOptions(TypedDict, total=False):
     """What ``initialize`` / ``context`` take for XLA: how long a replica waits for its turn, in seconds."""
 
+    timeout: float | None
+
+
+#: the torch.distributed backends ``spawn`` starts itself (mpi is started by mpirun)
+SpawnedNative: TypeAlias = Literal["gloo", "nccl"]
+
+
+class NodeOptions(TypedDict, total=False):
+    """``spawn(fn, ...)``'s keyword-only options: this launch as one node of a larger world."""
+
+    nnodes: int
+    node_rank: int
+    master_addr: str | None
+    master_port: int | None
+
+
+class SpawnOptions(TypedDict, total=False):
+    """``spawn(backend, fn, ...)``'s keyword-only options: how the ranks start, ``timeout`` for their context."""
+
+    daemon: bool
+    start_method: StartMethod
+    timeout: float | None
+
+
+class DrivenOptions(TypedDict, total=False):
+    """As ``SpawnOptions``, for horovod.run and torch_xla.launch: their processes start their own, so
+    they are never daemons."""
+
+    daemon: Literal[False]
+    start_method: StartMethod
     timeout: float | None

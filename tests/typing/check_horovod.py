@@ -14,7 +14,7 @@ def horovod_is_selected_statically() -> None:
     assert_type(idist.initialize("horovod"), HorovodContext)
     with idist.context("horovod") as ctx:
         assert_type(ctx, HorovodContext)
-    idist.initialize("hvd")  # type: ignore[call-overload]
+    idist.spawn("hvd", lambda local_rank: local_rank)  # type: ignore[call-overload]
     idist.initialize("horovod", timeout=60.0)
     idist.context("horovod", timeout=None)
     idist.initialize("horovod", rank=0)  # type: ignore[call-overload]
@@ -24,7 +24,7 @@ def auto_optim_takes_horovods_options(h: HorovodContext, m: torch.nn.Module, opt
     h.auto_optim(opt, op="ADASUM", backward_passes_per_step=4, named_parameters=m.named_parameters())
     idist.auto_optim(opt, gradient_predivide_factor=2.0, sparse_as_dense=True, num_groups=2)
     assert_type(idist.auto_optim(opt, op=1, groups=[[p for p in m.parameters()]]), torch.optim.SGD)
-    h.auto_optim(opt, lr=0.1)  # type: ignore[call-arg]
+    h.auto_optim(opt, lr=0.1)  # type: ignore[call-overload]
     idist.auto_optim(opt, op="MEAN")  # type: ignore[arg-type]
     idist.auto_optim(opt, backward_passes_per_step="4")  # type: ignore[arg-type]
 
@@ -36,7 +36,7 @@ def adasum_type_checks_on_horovod_only(hctx: HorovodContext, nctx: NativeContext
     assert_type(hctx.all_reduce(3), int)
     assert_type(hctx.all_reduce(True, "AND"), bool)
     assert_type(hctx.all_gather(t), list[torch.Tensor])
-    assert_type(hctx.broadcast("s" if hctx.rank == 0 else None), str)
+    assert_type(hctx.broadcast("s" if hctx.rank == 0 else None), str | None)
     nctx.all_reduce(t, "ADASUM")  # type: ignore[call-overload]
     idist.all_reduce(t, "ADASUM")  # type: ignore[call-overload]
     hctx.all_reduce(t, "MEAN")  # type: ignore[call-overload]

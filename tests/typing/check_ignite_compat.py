@@ -22,7 +22,7 @@ def module_collectives_take_tensor(t: torch.Tensor, maybe: float | None) -> None
     assert_type(idist.all_gather(tensor="s"), list[str])
     assert_type(idist.all_gather(tensor=Path("p"), group=[0]), list[Path])
     assert_type(idist.broadcast(tensor=t, src=0), torch.Tensor)
-    assert_type(idist.broadcast(tensor=maybe, src=1, safe_mode=True), float)
+    assert_type(idist.broadcast(tensor=maybe, src=1, safe_mode=True), float | None)
     idist.all_reduce(tensor="text")  # type: ignore[call-overload]
     idist.all_reduce(tensor=t, op="sum")  # type: ignore[call-overload]
 
@@ -58,7 +58,7 @@ def ignite_names(t: torch.Tensor, weights: list[float]) -> None:
     assert_type(idist.all_gather_tensors_with_shapes(tensor=t, shapes=[[1]]), list[torch.Tensor])
     idist.set_local_rank(0)
     idist.set_local_rank(index=1)
-    idist.set_local_rank("0")  # type: ignore[arg-type]
+    idist.set_local_rank("0")  # type: ignore[call-overload]
     g = idist.new_group([0, 1])
     assert_type(g, Group)
     assert_type(g.rank(), int)

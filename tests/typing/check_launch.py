@@ -58,8 +58,8 @@ def parallel() -> None:
         assert_type(p.run(work, 2.0), list[float])
     assert_type(Parallel(nprocs=2).run(work, scale=1.0), list[float])
     Parallel("gloo", 2, start_method="fork", daemon=False, timeout=30.0, join=True)
-    Parallel("gloo", 2, start_method="threads")  # type: ignore[arg-type]
-    Parallel("gloo", 2, nnode=2)  # type: ignore[call-arg]
+    Parallel("gloo", 2, start_method="threads")  # type: ignore[call-overload]
+    Parallel("gloo", 2, nnode=2)  # type: ignore[call-overload]
 
 
 def errors(e: LaunchError, c: LaunchConfigError) -> None:

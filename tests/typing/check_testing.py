@@ -30,3 +30,6 @@ assert_type(runner.run(rank_sum, 1), list[int])
 simulate(2, rank_sum, "one")  # type: ignore[arg-type]
 simulate(2, rank_sum)  # type: ignore[arg-type]
 ProcessWorld(2).run(native_only, torch.ones(1), 2.0)  # type: ignore[arg-type]
+assert_type(simulate(2, rank_sum, 1, timeout=float("inf"), share_args=True), list[int])
+assert_type(SimulatedWorld(2, share_args=True).run(rank_sum, 3), list[int])
+simulate(2, rank_sum, 1, share_args="yes")  # type: ignore[arg-type]

@@ -1,26 +1,25 @@
 """``save_checkpoint``: every rank writes its part into a staging folder; one rename publishes it.
 
 Each step ends with ``settle`` (every rank raises if any rank failed): (1) prepare: sort the
-state, take its DCP state and pickle its plain values; rank 0 makes the staging folder
-(removing a stale one) with a probe holding a nonce; (2) every rank reads the probe, so a
-folder not every rank sees is found before any data is written; (3) write (``_dcp``), and
-rank 0 adds the plain values and the manifest; (4) rank 0 publishes (``_files.publish``).
+state, take its DCP state and pickle its plain values; rank 0 checks what is at the path
+(``_replaceable``: only a checkpoint is ever replaced) and stages the save under its nonce
+(``_publish.stage``: lock, folder, probe); (2) every rank reads the probe, so a folder not
+every rank sees is found before any data is written; (3) write (``_dcp``), and rank 0 adds
+the plain values and the manifest; (4) rank 0 publishes (``_publish.publish``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
 from .._errors import CheckpointStateError
-from . import _dcp, _files, _state, _targets
+from . import _dcp, _files, _manifest, _publish, _replaceable, _state, _targets
 from ._settle import Failure, settle
 
 if TYPE_CHECKING:
@@ -28,33 +27,19 @@ if TYPE_CHECKING:
 
     from .._context import DistContext
 
-FORMAT = "idist-checkpoint"
-VERSION = 1
-
-
-def manifest(ctx: DistContext, entries: _state.Entries, sharded: bool) -> bytes:
-    """What ``idist checkpoint info`` and a load read first: the entries, their kinds, who saved them."""
-    return json.dumps(
-        {
-            "format": FORMAT,
-            "version": VERSION,
-            "entries": entries.kinds(),
-            "saved_by": {"backend": ctx.backend, "world_size": ctx.world_size, "sharded": sharded},
-            "torch": torch.__version__,
-        },
-        indent=1,
-    ).encode()
-
 
 def save(ctx: DistContext, path: str | os.PathLike[str], state: Mapping[str, object]) -> None:
     """See ``DistContext.save_checkpoint``."""
     target = Path(os.path.abspath(path))
     what = f"saving checkpoint {target}"
     lead = ctx.rank == 0
-    _files.wait_removals()  # a replaced checkpoint of an earlier save may still hold the staging name
-    nonce: str = ctx.broadcast(secrets.token_hex(16) if lead else None, 0)
+    _publish.wait_removals()  # at most one removal of replaced checkpoints at a time, per process
+    # the others pass a placeholder of the same type: a str
+    said = ctx.broadcast(f"{secrets.token_hex(16)}\n{target}" if lead else "", 0)
+    nonce, _, lead_path = said.partition("\n")
     group = ctx._dcp_group()
-    tmp = _files.staging(target)
+    tmp = _publish.staged_folder(target, nonce)
+    staging: _publish.Staging | None = None
     error: Failure = None
     try:
         entries = _state.classify(state)
@@ -67,17 +52,18 @@ def save(ctx: DistContext, path: str | os.PathLike[str], state: Mapping[str, obj
             )
         values = _state.pickled(entries)  # on every rank: a value pickle refuses fails the save anywhere
         if lead:
-            _files.fresh_staging(target, nonce)
+            _replaceable.check(target)
+            staging = _publish.stage(target, nonce)
     except Exception as exc:
         error = exc
     try:
         settle(ctx, what, error)
-        _step(ctx, f"{what}: the staging folder", lambda: _files.check_probe(tmp, nonce))
+        _step(ctx, f"{what}: the staging folder", lambda: _files.check_probe(tmp, nonce, target, lead_path))
 
         def beside() -> None:
             if lead:
                 _files.write_synced(tmp / _files.VALUES, values)
-                _files.write_synced(tmp / _files.MANIFEST, manifest(ctx, entries, sharded))
+                _files.write_synced(tmp / _files.MANIFEST, _manifest.write(ctx, entries, sharded, nonce))
 
         def write() -> None:
             with ThreadPoolExecutor(1) as pool:  # rank 0's small files reach the disk while DCP writes
@@ -86,10 +72,10 @@ def save(ctx: DistContext, path: str | os.PathLike[str], state: Mapping[str, obj
                 done.result()
 
         _step(ctx, what, write)
-        _step(ctx, f"{what}: publishing", lambda: _files.publish(tmp, target) if lead else None)
+        _step(ctx, f"{what}: publishing", lambda: _publish.publish(staging) if staging is not None else None)
     except BaseException:
-        if lead:
-            _discard(tmp)
+        if staging is not None and not staging.published:
+            _publish.discard(staging)
         raise
 
 
@@ -101,11 +87,3 @@ def _step(ctx: DistContext, what: str, fn: Callable[[], object]) -> None:
     except (Exception, CheckpointException) as exc:
         error = exc
     settle(ctx, what, error)
-
-
-def _discard(tmp: Path) -> None:
-    """Remove a failed save's staging folder (the next save removes it otherwise)."""
-    try:
-        _files.remove(tmp)
-    except OSError:
-        pass

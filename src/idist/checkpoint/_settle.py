@@ -1,8 +1,10 @@
 """Every rank says what went wrong on it; if anything did, every rank raises the same error.
 
-Each step of a save or load ends with ``settle``: one ``all_gather`` of a short text per rank
-(empty when the step went well). So a rank never returns while a peer failed, and all ranks
-raise the same class with the same message, naming the ranks (and nodes) that failed.
+Each step of a save or load ends with ``settle``: one ``all_gather`` of a short status per
+rank (a token, often empty, when the step went well; a digest of the failure otherwise,
+``_reports``). So a rank never returns while a peer failed, and all ranks raise the same
+class with the same message, naming the ranks (and nodes) that failed and showing the first
+few messages, each cut to a bounded length; else every rank gets every rank's token.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from typing import TYPE_CHECKING
 
 from torch.distributed.checkpoint.api import CheckpointException
 
+from .. import _reports
 from .._errors import (
     CheckpointError,
     CheckpointMismatchError,
     CheckpointNotFoundError,
     CheckpointPathError,
     CheckpointStateError,
+    CheckpointUnsafeError,
 )
 
 if TYPE_CHECKING:
@@ -32,21 +36,23 @@ _CLASSES: dict[str, type[CheckpointError]] = {
         CheckpointMismatchError,
         CheckpointPathError,
         CheckpointNotFoundError,
+        CheckpointUnsafeError,
     )
 }
-_SEP = "\x1f"
-
 #: what ``settle`` accepts: a step's exception (torch's CheckpointException is a BaseException)
 Failure = Exception | CheckpointException | None
 
 
 def describe(error: Exception | CheckpointException) -> str:
-    """One line; for torch's CheckpointException, each failed rank's own exception."""
+    """One line; for torch's CheckpointException, the first failed ranks' own exceptions, each cut."""
     if isinstance(error, CheckpointException):
+        failures = sorted(error.failures.items())
         parts = [
-            f"torch.distributed.checkpoint on rank {rank}: {type(exc).__name__}: {exc}"
-            for rank, (exc, _trace) in sorted(error.failures.items())
+            f"torch.distributed.checkpoint on rank {rank}: {_reports.cut(f'{type(exc).__name__}: {exc}')}"
+            for rank, (exc, _trace) in failures[: _reports.RANKS]
         ]
+        if len(failures) > _reports.RANKS:
+            parts.append(f"and on {len(failures) - _reports.RANKS} more ranks")
         return "; ".join(parts) or "torch.distributed.checkpoint failed"
     if isinstance(error, CheckpointError):
         return str(error)
@@ -60,25 +66,18 @@ def where(ctx: DistContext) -> str:
     return f"rank {ctx.rank}"
 
 
-def settle(ctx: DistContext, what: str, error: Failure) -> None:
-    """Raise on every rank when ``error`` is set on any rank (``what`` names the step)."""
-    kind = "" if error is None else type(error).__name__ if isinstance(error, CheckpointError) else "CheckpointError"
-    mine = "" if error is None else f"{kind}{_SEP}{where(ctx)}{_SEP}{describe(error)}"
-    seen: list[str] = ctx.all_gather(mine)
-    failed = [s.split(_SEP, 2) for s in seen if s]
-    if not failed:
-        return
-    cls = _CLASSES.get(failed[0][0], CheckpointError)
-    messages = {msg for _, _, msg in failed}
-    if ctx.world_size == 1:
-        text = f"{what} failed: {messages.pop()}"
-    elif len(messages) == 1:
-        who = "every rank" if len(failed) == ctx.world_size else ", ".join(w for _, w, _ in failed)
-        text = f"{what} failed on {who}: {messages.pop()}"
-    else:
-        text = f"{what} failed on {len(failed)} of {ctx.world_size} ranks:\n" + "\n".join(
-            f"  {w}: {msg}" for _, w, msg in failed
-        )
+def settle(ctx: DistContext, what: str, error: Failure, token: str = "", changed: str = "") -> list[str]:
+    """Raise on every rank when ``error`` is set on any rank (``what`` names the step, ``changed``
+    ends the message: what the failed step left changed); else every rank's ``token``, in rank order."""
+    failure = None
+    if error is not None:
+        kind = type(error).__name__ if isinstance(error, CheckpointError) else "CheckpointError"
+        failure = (kind, where(ctx), describe(error))
+    outcome = _reports.exchange(ctx, token, failure)
+    if not outcome.failed:
+        return outcome.tokens
+    cls = _CLASSES.get(outcome.failed[0].kind, CheckpointError)
+    text = _reports.report(what, outcome.failed, ctx.world_size) + changed
     if isinstance(error, BaseException):
         raise cls(text) from error
     raise cls(text)

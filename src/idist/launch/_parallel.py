@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import ExitStack
 from types import TracebackType
-from typing import TypedDict, TypeVar, final
+from typing import Concatenate, Literal, ParamSpec, TypedDict, TypeVar, final, overload
 
 import torch
 from typing_extensions import Unpack
@@ -25,17 +25,37 @@ from .._context import DistContext
 from .._detect import launched_by
 from .._errors import LaunchConfigError
 from .._log import visible_logger
+from .._types import BackendName, HorovodBackend, SpawnedNative, XlaBackend
 from ._plan import LaunchPlan, StartMethod
 from ._spawn import ignite_spawn
 
 R = TypeVar("R")
+P = ParamSpec("P")
 
 
 class ParallelOptions(TypedDict, total=False):
     """``Parallel``'s ``**spawn_kwargs``: options for ``spawn`` (``timeout`` also initializes in place)."""
 
-    join: bool  # run always joins: False raises LaunchConfigError
+    join: bool  # run always joins: False raises LaunchConfigError (and is not in the overloads' types)
     daemon: bool
+    start_method: StartMethod
+    timeout: float | None
+
+
+class JoinedOptions(TypedDict, total=False):
+    """``ParallelOptions`` as the type checker sees them: ``join`` can only be True."""
+
+    join: Literal[True]
+    daemon: bool
+    start_method: StartMethod
+    timeout: float | None
+
+
+class DrivenParallelOptions(TypedDict, total=False):
+    """As ``JoinedOptions``, spawning through horovod.run or torch_xla.launch (never daemons)."""
+
+    join: Literal[True]
+    daemon: Literal[False]
     start_method: StartMethod
     timeout: float | None
 
@@ -66,6 +86,49 @@ class Parallel:
     spawned rank fails.
     """
 
+    # In place (no process count) any backend; spawning, those spawn starts, with its limits.
+    @overload
+    def __init__(
+        self,
+        backend: BackendName | None = None,
+        nproc_per_node: None = None,
+        nnodes: None = None,
+        node_rank: None = None,
+        master_addr: None = None,
+        master_port: None = None,
+        init_method: str | None = None,
+        *,
+        nprocs: None = None,
+        **spawn_kwargs: Unpack[JoinedOptions],
+    ) -> None: ...
+    @overload
+    def __init__(
+        self,
+        backend: SpawnedNative | None = None,
+        nproc_per_node: int | None = None,
+        nnodes: int | None = None,
+        node_rank: int | None = None,
+        master_addr: str | None = None,
+        master_port: int | str | None = None,
+        init_method: str | None = None,
+        *,
+        nprocs: int | None = None,
+        **spawn_kwargs: Unpack[JoinedOptions],
+    ) -> None: ...
+    @overload
+    def __init__(
+        self,
+        backend: HorovodBackend | XlaBackend,
+        nproc_per_node: int | None = None,
+        nnodes: Literal[1] | None = None,
+        node_rank: Literal[0] | None = None,
+        master_addr: None = None,
+        master_port: None = None,
+        init_method: None = None,
+        *,
+        nprocs: int | None = None,
+        **spawn_kwargs: Unpack[DrivenParallelOptions],
+    ) -> None: ...
     def __init__(
         self,
         backend: str | None = None,
@@ -172,8 +235,9 @@ class Parallel:
     def _spawn_backend(self) -> str:
         return self.backend or _default_spawn_backend()
 
-    def run(self, fn: Callable[..., R], *args: object, **kwargs: object) -> list[R]:
-        """``fn(local_rank, *args, **kwargs)`` on every rank; see the class docstring."""
+    def run(self, fn: Callable[Concatenate[int, P], R], *args: P.args, **kwargs: P.kwargs) -> list[R]:
+        """``fn(local_rank, *args, **kwargs)`` on every rank (checked against ``fn``'s parameters); see the
+        class docstring."""
         p = self.plan
         if p is not None:
             self._log.info("Spawn function %r in %d processes", fn, p.nproc_per_node)

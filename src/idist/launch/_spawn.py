@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Literal, TypeVar, cast, overload
 
+from typing_extensions import TypeVarTuple, Unpack
+
 from .._errors import LaunchConfigError
-from .._types import HorovodBackend, NativeBackend, XlaBackend
+from .._types import DrivenOptions, HorovodBackend, NodeOptions, SpawnedNative, SpawnOptions, XlaBackend
 from ._driven import Job, check_options
 from ._driven import run as run_driven
 from ._handle import SpawnHandle
@@ -14,58 +16,51 @@ from ._plan import DRIVEN_SPAWNABLE, LaunchPlan, StartMethod, checked_args, norm
 from ._procs import start
 
 R = TypeVar("R")
+Ts = TypeVarTuple("Ts")
 
 
-# torch.multiprocessing's form: spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn")
+# torch.multiprocessing's form: spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn").
+# ``fn`` is called as ``fn(local_rank, *args)``, so its parameters are checked against ``args``.
 @overload
 def spawn(
-    fn: Callable[..., R],
-    args: tuple[object, ...] = (),
+    fn: Callable[[int, *Ts], R],
+    args: tuple[*Ts] = ...,
     nprocs: int = 1,
     join: Literal[True] = True,
     daemon: bool = False,
     start_method: StartMethod = "spawn",
-    *,
-    nnodes: int = 1,
-    node_rank: int = 0,
-    master_addr: str | None = None,
-    master_port: int | None = None,
+    **node: Unpack[NodeOptions],
 ) -> list[R]: ...
 @overload
 def spawn(
-    fn: Callable[..., R],
-    args: tuple[object, ...],
+    fn: Callable[[int, *Ts], R],
+    args: tuple[*Ts],
     nprocs: int,
     join: Literal[False],
     daemon: bool = False,
     start_method: StartMethod = "spawn",
-    *,
-    nnodes: int = 1,
-    node_rank: int = 0,
-    master_addr: str | None = None,
-    master_port: int | None = None,
+    **node: Unpack[NodeOptions],
 ) -> SpawnHandle[R]: ...
 @overload
 def spawn(
-    fn: Callable[..., R],
-    args: tuple[object, ...] = (),
+    fn: Callable[[int, *Ts], R],
+    args: tuple[*Ts] = ...,
     nprocs: int = 1,
     *,
     join: Literal[False],
     daemon: bool = False,
     start_method: StartMethod = "spawn",
-    nnodes: int = 1,
-    node_rank: int = 0,
-    master_addr: str | None = None,
-    master_port: int | None = None,
+    **node: Unpack[NodeOptions],
 ) -> SpawnHandle[R]: ...
-# ignite's form: spawn(backend, fn, args, kwargs_dict=None, nproc_per_node=1, ...)
+# ignite's form: spawn(backend, fn, args, kwargs_dict=None, nproc_per_node=1, ...), ``fn(local_rank, *args,
+# **kwargs_dict)``: checked against ``args`` without kwargs_dict. mpi is started by mpirun, not spawned;
+# horovod.run and torch_xla.launch join always, on one node, at a rendezvous of their own.
 @overload
 def spawn(
-    backend: NativeBackend | HorovodBackend | XlaBackend,
-    fn: Callable[..., R],
-    args: tuple[object, ...] = (),
-    kwargs_dict: Mapping[str, object] | None = None,
+    backend: SpawnedNative,
+    fn: Callable[[int, *Ts], R],
+    args: tuple[*Ts] = ...,
+    kwargs_dict: None = None,
     nproc_per_node: int = 1,
     nnodes: int | None = 1,
     node_rank: int | None = 0,
@@ -74,16 +69,14 @@ def spawn(
     init_method: str | None = None,
     *,
     join: Literal[True] = True,
-    daemon: bool = False,
-    start_method: StartMethod = "spawn",
-    timeout: float | None = None,
+    **options: Unpack[SpawnOptions],
 ) -> list[R]: ...
 @overload
 def spawn(
-    backend: NativeBackend,
-    fn: Callable[..., R],
-    args: tuple[object, ...] = (),
-    kwargs_dict: Mapping[str, object] | None = None,
+    backend: SpawnedNative,
+    fn: Callable[[int, *Ts], R],
+    args: tuple[*Ts] = ...,
+    kwargs_dict: None = None,
     nproc_per_node: int = 1,
     nnodes: int | None = 1,
     node_rank: int | None = 0,
@@ -92,10 +85,72 @@ def spawn(
     init_method: str | None = None,
     *,
     join: Literal[False],
-    daemon: bool = False,
-    start_method: StartMethod = "spawn",
-    timeout: float | None = None,
+    **options: Unpack[SpawnOptions],
 ) -> SpawnHandle[R]: ...
+@overload
+def spawn(
+    backend: SpawnedNative,
+    fn: Callable[..., R],
+    args: tuple[object, ...],
+    kwargs_dict: Mapping[str, object],
+    nproc_per_node: int = 1,
+    nnodes: int | None = 1,
+    node_rank: int | None = 0,
+    master_addr: str | None = None,
+    master_port: int | str | None = None,
+    init_method: str | None = None,
+    *,
+    join: Literal[True] = True,
+    **options: Unpack[SpawnOptions],
+) -> list[R]: ...
+@overload
+def spawn(
+    backend: SpawnedNative,
+    fn: Callable[..., R],
+    args: tuple[object, ...],
+    kwargs_dict: Mapping[str, object],
+    nproc_per_node: int = 1,
+    nnodes: int | None = 1,
+    node_rank: int | None = 0,
+    master_addr: str | None = None,
+    master_port: int | str | None = None,
+    init_method: str | None = None,
+    *,
+    join: Literal[False],
+    **options: Unpack[SpawnOptions],
+) -> SpawnHandle[R]: ...
+@overload
+def spawn(
+    backend: HorovodBackend | XlaBackend,
+    fn: Callable[[int, *Ts], R],
+    args: tuple[*Ts] = ...,
+    kwargs_dict: None = None,
+    nproc_per_node: int = 1,
+    nnodes: Literal[1] | None = 1,
+    node_rank: Literal[0] | None = 0,
+    master_addr: None = None,
+    master_port: None = None,
+    init_method: None = None,
+    *,
+    join: Literal[True] = True,
+    **options: Unpack[DrivenOptions],
+) -> list[R]: ...
+@overload
+def spawn(
+    backend: HorovodBackend | XlaBackend,
+    fn: Callable[..., R],
+    args: tuple[object, ...],
+    kwargs_dict: Mapping[str, object],
+    nproc_per_node: int = 1,
+    nnodes: Literal[1] | None = 1,
+    node_rank: Literal[0] | None = 0,
+    master_addr: None = None,
+    master_port: None = None,
+    init_method: None = None,
+    *,
+    join: Literal[True] = True,
+    **options: Unpack[DrivenOptions],
+) -> list[R]: ...
 def spawn(*args: object, **kwargs: object) -> object:
     """Run ``fn`` in ``nprocs`` new processes, one per local rank.
 

@@ -1,7 +1,7 @@
 """Test distributed code without a cluster: simulated ranks, a process pool, a pytest plugin.
 
 ``simulate(world_size, fn, *args)`` runs ``fn(ctx, *args)`` once per rank, each rank a
-thread with a real gloo process group over an in-memory store.
+thread whose gloo-like groups meet the other ranks' in memory (no socket per pair).
 ``SimulatedWorld`` keeps such a world between runs; ``ProcessWorld`` does the same with
 real processes. Both are *runners* (``Runner``): ``run(fn, *args) -> list`` of results in
 rank order. The property suite (``properties/``) takes its runners from

@@ -12,17 +12,20 @@ from collections.abc import Mapping
 from .._errors import IdistError
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
+    """``Type: first line of the message``."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 class RankFailedError(IdistError, RuntimeError):
-    """A rank's function raised. The original exception is ``__cause__`` (and ``exception``).
+    """A rank's function raised. ``rank`` is the rank whose own exception started the failure
+    (the lowest, when every rank raised the same); that exception is ``__cause__`` (and
+    ``exception``).
 
-    ``failures`` maps every rank that failed in the run to its exception, in the order the
-    failures happened: the first one is the cause, later ones are often its consequence
-    (a peer blocked in a collective sees the failed rank's connection close).
+    ``failures`` maps every rank that failed in the run to its exception, in the order they
+    were reported; besides ``rank``'s, they are usually its consequences (a peer waiting in a
+    collective raises ``GroupBrokenError``, a follower ``LeaderFailedError``).
     """
 
     def __init__(self, rank: int, world_size: int, failures: Mapping[int, BaseException]) -> None:
@@ -32,7 +35,7 @@ class RankFailedError(IdistError, RuntimeError):
         self.exception = self.failures[rank]
         others = [r for r in self.failures if r != rank]
         tail = f" (then ranks {others} failed too)" if others else ""
-        super().__init__(f"rank {rank} of {world_size} failed: {_describe(self.exception)}{tail}")
+        super().__init__(f"rank {rank} of {world_size} failed: {describe(self.exception)}{tail}")
 
 
 class WorldTimeoutError(IdistError, TimeoutError):
@@ -45,7 +48,7 @@ class WorldTimeoutError(IdistError, TimeoutError):
         self.world_size = world_size
         self.timeout = timeout
         self.failures = dict(failures)
-        failed = "".join(f"; rank {r} failed: {_describe(e)}" for r, e in self.failures.items())
+        failed = "".join(f"; rank {r} failed: {describe(e)}" for r, e in self.failures.items())
         super().__init__(
             f"ranks {list(unfinished)} of {world_size} did not finish within {timeout:g}s{failed}. "
             "Look for a collective that some ranks skip (e.g. under `if rank == 0:`) or a loop that never ends"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import io
+import math
 import os
 import pickle
 import sys
@@ -22,7 +23,7 @@ import torch
 
 from .. import _stack
 from .._context import DistContext
-from .._errors import IdistError, LaunchEnvironmentError
+from .._errors import IdistError, LaunchConfigError
 
 
 class RemoteError(IdistError, RuntimeError):
@@ -52,9 +53,17 @@ def dumps(obj: object) -> bytes:
 
 
 def pack(ok: bool, value: object) -> bytes:
-    """A rank's reply: ``(ok, value)``, or ``(False, RemoteError)`` when it does not pickle."""
+    """A rank's reply: ``(ok, value)``, or ``(False, RemoteError)`` when it does not pickle.
+
+    An exception is also unpickled here first: one that pickles but cannot be rebuilt (an
+    ``__init__`` with other arguments than its ``args``) travels as a ``RemoteError`` with its
+    type, message and traceback, which the parent could not recover from the bytes.
+    """
     try:
-        return dumps((ok, value))
+        raw = dumps((ok, value))
+        if not ok:
+            pickle.loads(raw)
+        return raw
     except Exception as exc:
         if ok:
             value = exc
@@ -73,10 +82,23 @@ def run_job(ctx: DistContext, job: bytes, where: str) -> bytes:
         return pack(False, exc)
 
 
+#: a message that is not a job: break the group, saying why (the rest of the message)
+BREAK = b"\x00idist-break\x00"
+
+
 def serve(ctx: DistContext, where: str, recv: Callable[[], bytes], send: Callable[[bytes], None]) -> None:
-    """Run jobs from ``recv`` and ``send`` the replies until an empty job (or the parent went away)."""
+    """Run jobs from ``recv`` and ``send`` the replies until an empty job (or the parent went away).
+
+    ``BREAK`` + a reason breaks this rank's group (peers waiting for it in a collective raise
+    ``GroupBrokenError`` naming the reason) and sends nothing back.
+    """
     try:
         while job := recv():
+            if job.startswith(BREAK):
+                breaker = getattr(ctx, "_break", None)  # a backend whose groups can be broken
+                if breaker is not None:
+                    breaker(job[len(BREAK) :].decode("utf-8", "replace"))
+                continue
             send(run_job(ctx, job, where))
     except (EOFError, OSError):
         pass  # the parent went away
@@ -105,11 +127,15 @@ class BaseWorld:
 
     def __init__(self, world_size: int, *, timeout: float, checked: bool = True) -> None:
         if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise LaunchEnvironmentError(f"world_size must be an int >= 1, got {world_size!r}")
-        if not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+            raise LaunchConfigError(f"world_size must be an int >= 1, got {world_size!r}")
+        try:
+            seconds = float(timeout)
+        except (TypeError, ValueError):
+            seconds = math.nan
+        if not seconds > 0:
+            raise ValueError(f"timeout must be a positive number of seconds (math.inf: no limit), got {timeout!r}")
         self.world_size = world_size
-        self.timeout = float(timeout)
+        self.timeout = seconds
         #: checked mode (on by default here: tests should catch ranks that call different collectives)
         self.checked = bool(checked)
 

@@ -11,6 +11,7 @@ whole pool (its peers may be stuck in a collective); the next run starts a fresh
 from __future__ import annotations
 
 import datetime
+import math
 import multiprocessing
 import multiprocessing.connection as mpc
 import pickle
@@ -24,22 +25,29 @@ from typing_extensions import TypeVarTuple, Unpack
 
 from .. import _stack
 from .._context import DistContext
-from ._errors import RankFailedError, WorldTimeoutError
-from ._jobs import BaseWorld, RemoteError, dumps, pack, serve_and_exit
+from ._errors import RankFailedError, WorldTimeoutError, describe
+from ._jobs import BREAK, BaseWorld, RemoteError, dumps, pack, serve_and_exit
 from ._outcomes import Outcomes
 
 R = TypeVar("R")
 Ts = TypeVarTuple("Ts")
 
 DEFAULT_TIMEOUT = 120.0
-#: seconds the other ranks get to finish after one failed, before the pool is stopped
+#: seconds the other ranks get to finish after one failed, before it breaks its group
+BREAK_AFTER = 0.1
+#: seconds the other ranks get to finish after that (those computing), before the pool is stopped
 FAILURE_GRACE = 3.0
 #: seconds for every rank to import torch and join the group (slow on a loaded machine)
 START_TIMEOUT = 180.0
 
 
+#: what a group's timeout is for a world without one (``timeout=math.inf``): longer than any test
+LONGEST = 10 * 365 * 86400.0
+
+
 def _worker(rank: int, world_size: int, conn: mpc.Connection, timeout: float, checked: bool) -> None:
     """A pool process: join the group, then run jobs until told to stop."""
+    timeout = min(timeout, LONGEST)
     td = datetime.timedelta(seconds=max(timeout, START_TIMEOUT))
     try:
         if rank == 0:
@@ -129,29 +137,44 @@ class ProcessWorld(BaseWorld):
         out: Outcomes[R] = Outcomes(self.world_size)
         deadline = time.monotonic() + self.timeout
         waiting = {conn: rank for rank, conn in enumerate(self._conns)}
+        failed_at, broke = math.inf, False
         try:
             for conn in self._conns:
                 conn.send_bytes(job)
             while waiting:
-                # after a failure, give the others a moment to finish: if they all do, no
-                # rank is stuck in a collective and the pool can stay
-                until = deadline if not out.failures else min(deadline, time.monotonic() + FAILURE_GRACE)
+                # after a failure, give the others a moment to finish: if they all do, no rank
+                # waits in a collective for the failed one and the pool can stay; else the failed
+                # rank breaks its group (they raise at once) and the pool is replaced
+                if out.failures and not broke and time.monotonic() >= failed_at + BREAK_AFTER:
+                    broke = self._break(next(iter(out.failures)), out)
+                until = min(deadline, failed_at + (FAILURE_GRACE if broke else BREAK_AFTER))
                 left = until - time.monotonic()
-                ready = mpc.wait(list(waiting), timeout=left) if left > 0 else []
-                if not ready:
+                ready = mpc.wait(list(waiting), timeout=None if math.isinf(left) else left) if left > 0 else []
+                if not ready and (broke or not out.failures):
                     break
                 for got in ready:
                     rank = waiting.pop(cast(mpc.Connection, got))
                     out.add(rank, *self._receive(rank))
+                    if out.failures and math.isinf(failed_at):
+                        failed_at = time.monotonic()
         except BaseException:
             self._kill()
             raise
-        if waiting:
-            self._kill()  # those ranks may be stuck in a collective with a failed one
+        if waiting or broke:
+            self._kill()  # ranks stuck in a collective with a failed one, or a group broken on purpose
             if not out.failures:
                 raise out.timeout_error(self.timeout)
         out.raise_first_failure()
         return out.in_rank_order()
+
+    def _break(self, rank: int, out: Outcomes[R]) -> bool:
+        """Have failed ``rank`` break its group, so that peers waiting for it raise now."""
+        why = f"rank {rank}, which raised {describe(out.failures[rank])}"
+        try:
+            self._conns[rank].send_bytes(BREAK + why.encode())
+        except OSError:
+            pass  # its process is gone: its connections closed with it
+        return True
 
     def _receive(self, rank: int) -> tuple[bool, object]:
         try:

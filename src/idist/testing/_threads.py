@@ -1,163 +1,61 @@
-"""Simulated ranks: one thread per rank, real gloo process groups over an in-memory store.
+"""Simulated ranks: one thread per rank, gloo-like process groups that meet in memory (``_transport``).
 
-Each rank thread owns a ``NativeContext`` built by ``create_in_process`` (it never touches
-torch's default group) and runs every job in a fresh ``contextvars.Context`` with that
-context made current, so ``idist.all_reduce(x)`` inside the job talks to this rank's group
-and one rank's ``current()`` never leaks into another's, whatever the interpreter's rule
-for what new threads inherit.
+Each rank owns a ``NativeContext`` whose groups come from the world's ``Hub``: no socket,
+file or extra thread per rank or pair, so hundreds of ranks fit in one process. A run gives
+every rank its own deep copy of the arguments and runs the job in a fresh
+``contextvars.Context`` with the rank's context current; threads the rank starts work for
+it (``_inherit``). Process-wide state is captured before the run and restored after (``_state``).
 
-Failure: a rank whose job raises drops its context at once (its process group closes its
-connections), so peers blocked on it in a collective fail within milliseconds instead of
-waiting for the group's timeout. The world is then rebuilt before the next run.
+Failure: the first rank whose job raises breaks the world at once (``Hub.abort``): peers
+waiting in a collective raise ``GroupBrokenError`` naming it within milliseconds, and a rank
+that returns while peers wait for it fails their call. The world is rebuilt before the next run
+whenever a group failed or a context broke, whether or not the run returned normally.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import contextvars
-import ctypes
 import datetime
 import itertools
+import math
 import queue
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from typing import TypeVar, final
 
 from torch._C._distributed_c10d import HashStore, PrefixStore
 from typing_extensions import TypeVarTuple, Unpack
 
+from .. import _stack
 from .._backends.native import NativeContext
-from .._stack import use
+from .._errors import LaunchConfigError
+from . import _inherit
+from ._args import per_rank
 from ._jobs import BaseWorld
 from ._outcomes import Outcomes
+from ._processes import LONGEST
+from ._rank import Rank, Report, abandon
+from ._state import ProcessState
+from ._transport import Hub
 
 R = TypeVar("R")
 Ts = TypeVarTuple("Ts")
 
 #: seconds; a run (one call of ``fn`` on every rank) that takes longer fails
 DEFAULT_TIMEOUT = 60.0
+#: the most ranks one simulated world serves (each is a thread of this process)
+MAX_WORLD_SIZE = 1024
+#: seconds the other ranks get to finish once one failed, before they are stopped
+FAILURE_GRACE = 1.0
+#: seconds the rank threads of a stopped run get to end once interrupted
+ABORT_GRACE = 0.3
+#: seconds a failing rank waits for its peers' reports of where they were (one process: moments)
+STALL_GRACE = 0.25
 _worlds = itertools.count()
 
 
-#: seconds past its group's timeout that an abandoned rank thread gets to end at exit
-EXIT_GRACE = 5.0
-#: seconds the rank threads of a timed-out run get to end once interrupted
-ABORT_GRACE = 0.3
-
-
-class Abandoned(BaseException):
-    """Raised inside a rank's code when its simulated run timed out (a BaseException, so that
-    ``except Exception`` in user code does not keep the thread alive)."""
-
-
-#: rank threads left running by a timed-out run, and when they should have ended
-_abandoned: list[tuple[threading.Thread, float]] = []
-
-
-@atexit.register
-def _join_abandoned() -> None:
-    # A thread still inside gloo when the interpreter exits makes the C++ runtime abort the
-    # process ("terminate called without an active exception"): let those calls time out.
-    for t, until in _abandoned:
-        t.join(max(0.0, until - time.monotonic()))
-
-
-def _pg_timeout(timeout: float) -> datetime.timedelta:
-    # A collective that waits for a rank that never comes must fail (and free its thread)
-    # before the run's own deadline, so the threads end instead of outliving the run.
-    return datetime.timedelta(seconds=max(0.05, min(timeout * 0.9, timeout - 0.5)))
-
-
-def _scrub(exc: BaseException) -> BaseException:
-    """Drop the frames' locals from ``exc``'s tracebacks so nothing keeps the rank's group alive.
-
-    The traceback still shows every file and line; only the frames' variables go (a frame
-    holding the context would keep its gloo connections open and peers blocked on them).
-    """
-    tb = exc.__traceback__
-    if tb is not None:
-        exc.__traceback__ = tb.tb_next  # the worker's own frame, still executing
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if e.__traceback__ is not None:
-            traceback.clear_frames(e.__traceback__)
-        todo += [e.__cause__, e.__context__]
-    return exc
-
-
-def _call(ctx: NativeContext, fn: Callable[..., object], args: tuple[object, ...]) -> object:
-    with use(ctx):
-        return fn(ctx, *args)
-
-
-# (world run id or None for set-up, rank, ok, value or exception)
-_Report = tuple[int | None, int, bool, object]
-
-
-class _Rank(threading.Thread):
-    def __init__(
-        self,
-        world: int,
-        rank: int,
-        size: int,
-        store: PrefixStore,
-        timeout: float,
-        checked: bool,
-        out: queue.SimpleQueue[_Report],
-    ) -> None:
-        super().__init__(name=f"idist-sim-{world}-rank{rank}", daemon=True)
-        self.rank = rank
-        self.size = size
-        self.store = store
-        self.timeout = timeout
-        self.checked = checked
-        self.ctx: NativeContext | None = None
-        self.out = out
-        self.jobs: queue.SimpleQueue[tuple[int, Callable[..., object], tuple[object, ...]] | None] = queue.SimpleQueue()
-
-    def abort(self) -> None:
-        """From another thread: break this rank's group and raise ``Abandoned`` in its code."""
-        ctx = self.ctx
-        if ctx is not None and not ctx.closed:
-            with contextlib.suppress(Exception):
-                ctx._break("the simulated run timed out")
-        if self.is_alive() and self.ident is not None:
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.ident), ctypes.py_object(Abandoned))
-
-    def run(self) -> None:
-        try:
-            ctx = self.ctx = NativeContext.in_process(
-                self.store, self.rank, self.size, timeout=_pg_timeout(self.timeout), checked=self.checked
-            )
-        except BaseException as exc:
-            self.out.put((None, self.rank, False, _scrub(exc)))
-            return
-        del self.store
-        try:
-            while (job := self.jobs.get()) is not None:
-                run_id, fn, args = job
-                del job
-                try:
-                    value = contextvars.Context().run(_call, ctx, fn, args)
-                except BaseException as exc:
-                    del fn, args
-                    self.out.put((run_id, self.rank, False, _scrub(exc)))
-                    return  # the finally below drops the context: peers blocked on us fail now
-                del fn, args
-                self.out.put((run_id, self.rank, True, value))
-                del value
-        finally:
-            self.ctx = None  # the last reference: the group and its connections go with it
-            ctx.close()
-            del ctx
+def _timedelta(seconds: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=min(seconds, LONGEST))
 
 
 @final
@@ -166,100 +64,169 @@ class SimulatedWorld(BaseWorld):
 
     ``run(fn, *args)`` calls ``fn(ctx, *args)`` on every rank at once (``ctx`` is that
     rank's ``NativeContext``, also made current, so ``idist.get_rank()`` and the module
-    collectives work inside ``fn``) and returns the results in rank order. A rank that
-    raises makes ``run`` raise ``RankFailedError`` naming it (chained to its exception)
-    once every rank has stopped; a run longer than ``timeout`` seconds raises
-    ``WorldTimeoutError`` naming the ranks that did not finish. Close it (or use it as a
-    context manager) to end its threads; nothing else is left behind.
+    collectives work inside ``fn``) and returns the results in rank order. Each rank gets its
+    own deep copy of ``args`` (``share_args=True``: the same objects, see docs/testing.md).
+    A rank that raises makes ``run`` raise ``RankFailedError`` naming the rank whose own
+    exception started the failure (chained to it); a run longer than ``timeout`` seconds
+    (``math.inf``: no limit) raises ``WorldTimeoutError`` naming the ranks that did not
+    finish. Close it (or use it as a context manager) to end its threads; nothing else is
+    left behind. At most ``MAX_WORLD_SIZE`` ranks; more raise ``LaunchConfigError`` at once.
     """
 
     KIND = "threads"
 
-    def __init__(self, world_size: int, *, timeout: float = DEFAULT_TIMEOUT, checked: bool = True) -> None:
+    def __init__(
+        self, world_size: int, *, timeout: float = DEFAULT_TIMEOUT, checked: bool = True, share_args: bool = False
+    ) -> None:
         super().__init__(world_size, timeout=timeout, checked=checked)
-        self._ranks: list[_Rank] = []
-        self._out: queue.SimpleQueue[_Report] = queue.SimpleQueue()
+        if world_size > MAX_WORLD_SIZE:
+            raise LaunchConfigError(
+                f"a simulated world has at most {MAX_WORLD_SIZE} ranks (threads of this process), got "
+                f"{world_size}; use ProcessWorld or a real launcher (idist run) for more"
+            )
+        self.share_args = bool(share_args)
+        self._ranks: list[Rank] = []
+        self._hub: Hub | None = None
+        self._out: queue.SimpleQueue[Report] = queue.SimpleQueue()
         self._runs = itertools.count(1)
         self._lock = threading.Lock()
 
     def _start(self) -> None:
-        world = next(_worlds)
-        # One fresh in-memory store per world; the prefix keeps its keys apart from any
-        # other user of it, and the store goes away with the world.
+        world, n = next(_worlds), self.world_size
+        hub = Hub(n)
+        # the guard's keys (who broke the group, stall reports) live in memory, with the world
         store = PrefixStore(f"idist/simulate/{world}", HashStore())
-        self._out = queue.SimpleQueue()
-        self._ranks = [
-            _Rank(world, r, self.world_size, store, self.timeout, self.checked, self._out)
-            for r in range(self.world_size)
-        ]
-        for t in self._ranks:
-            t.start()
+        td = _timedelta(self.timeout)
+        out: queue.SimpleQueue[Report] = queue.SimpleQueue()
+        ranks = []
+        for r in range(n):
+            ctx = NativeContext.in_process(
+                store, r, n, timeout=td, checked=self.checked, groups=lambda ranks, g: hub.group(ranks, g, self.timeout)
+            )
+            guard = ctx._state.world.guard
+            guard.checked_wait = td  # the user's timeout governs checked mode's waits too
+            guard.stall_grace = STALL_GRACE
+            ranks.append(Rank(world, ctx, hub, out))
+        _inherit.acquire()
+        try:
+            for t in ranks:
+                t.start()
+        except RuntimeError as exc:  # the system refused a thread: no rank has run any code yet
+            self._ranks = ranks
+            self._stop(wait=5.0)
+            raise LaunchConfigError(
+                f"could not start {n} simulated ranks here ({exc}): the process may not start that many threads; "
+                "use fewer ranks, or ProcessWorld"
+            ) from exc
+        self._hub, self._out, self._ranks = hub, out, ranks
 
     def run(self, fn: Callable[[NativeContext, Unpack[Ts]], R], *args: *Ts) -> list[R]:
         """Call ``fn(ctx, *args)`` on every rank; the results in rank order."""
         with self._lock:
             return self._run(fn, args)
 
+    def _spoiled(self) -> bool:
+        hub = self._hub
+        return (
+            hub is None
+            or hub.spoiled
+            or any(not t.is_alive() or t.ctx.closed or t.ctx._broken() is not None for t in self._ranks)
+        )
+
     def _run(self, fn: Callable[..., R], args: tuple[object, ...]) -> list[R]:
-        if not self._ranks or not all(t.is_alive() for t in self._ranks):
+        copies = per_rank(args, self.world_size, self.share_args)
+        if self._spoiled():
             self._stop(wait=5.0)
             self._start()
+        hub = self._hub
+        assert hub is not None
         run_id = next(self._runs)
-        for t in self._ranks:
-            t.jobs.put((run_id, fn, args))
-        out: Outcomes[R] = Outcomes(self.world_size)
-        deadline = time.monotonic() + self.timeout
+        state = ProcessState.capture()
+        hub.begin_run()
         try:
-            while out.unfinished:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                try:
-                    rid, rank, ok, value = self._out.get(timeout=left)
-                except queue.Empty:
-                    break
-                if rid is not None and rid != run_id:
-                    continue  # a late report from an abandoned run
-                out.add(rank, ok, value)
-        except BaseException:
-            self._abandon()
-            raise
-        if out.unfinished:
-            self._abandon()
-            raise out.timeout_error(self.timeout) from next(iter(out.failures.values()), None)
+            with _stack.simulated_run():
+                for t, a in zip(self._ranks, copies, strict=True):
+                    t.jobs.put((run_id, fn, a))
+                del copies
+                out: Outcomes[R] = self._collect(run_id)
+        finally:
+            state.restore()
         if out.failures:
             self._stop(wait=5.0)
             out.raise_first_failure()
         return out.in_rank_order()
 
+    def _collect(self, run_id: int) -> Outcomes[R]:
+        out: Outcomes[R] = Outcomes(self.world_size)
+        deadline = time.monotonic() + self.timeout
+        failed_at = math.inf
+        try:
+            while out.unfinished:
+                until = min(deadline, failed_at + FAILURE_GRACE)
+                left = until - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    rid, rank, ok, value = self._out.get(timeout=None if math.isinf(left) else left)
+                except queue.Empty:
+                    break
+                if rid != run_id:
+                    continue  # a late report from a stopped run
+                if not ok and not out.failures:
+                    failed_at = time.monotonic()
+                out.add(rank, ok, value)
+        except BaseException:
+            self._abandon("the simulated run was interrupted")
+            raise
+        if out.unfinished:
+            timed_out = not out.failures
+            self._abandon(f"the simulated run timed out after {self.timeout:g}s" if timed_out else "a rank failed")
+            if timed_out:
+                error = out.timeout_error(self.timeout)
+                if self.share_args:
+                    error.add_note(
+                        "the ranks share their arguments (share_args=True): one model stepped by two ranks "
+                        "can leave both waiting for each other inside DDP; give each rank its own copy"
+                    )
+                raise error
+        return out
+
     def _stop(self, wait: float) -> None:
-        ranks, self._ranks = self._ranks, []
+        ranks, self._ranks, self._hub = self._ranks, [], None
         for t in ranks:
             t.jobs.put(None)
         deadline = time.monotonic() + wait
         for t in ranks:
-            t.join(max(0.0, deadline - time.monotonic()))
+            if t.ident is None:  # never started: its context is closed here
+                t.ctx.close()
+            else:
+                t.join(max(0.0, deadline - time.monotonic()))
+        if ranks:
+            _inherit.release()
 
-    def _abandon(self) -> None:
-        """After a timeout: break every rank's group (a rank blocked on a peer fails at once),
-        interrupt the ranks still running Python code, and give them a moment to end."""
-        ranks, self._ranks = self._ranks, []
+    def _abandon(self, reason: str) -> None:
+        """Stop a run that overran or failed: every call waiting in a collective raises at once, the
+        other ranks still running Python code are interrupted, and each gets a moment to end."""
+        ranks, hub = self._ranks, self._hub
+        self._ranks, self._hub = [], None
+        woken = hub.abort(reason) if hub is not None else set()
         for t in ranks:
             t.jobs.put(None)
-            t.abort()
+        for t in ranks:
+            if t.rank not in woken:  # a rank woken in a collective ends its job by itself
+                t.interrupt()
         deadline = time.monotonic() + ABORT_GRACE
         for t in ranks:
             t.join(max(0.0, deadline - time.monotonic()))
-        # one still alive is inside C code that ignores both (time.sleep...): a daemon, it ends
-        # by itself, at the latest at its group's timeout
-        until = time.monotonic() + _pg_timeout(self.timeout).total_seconds() + EXIT_GRACE
-        _abandoned[:] = [(t, u) for t, u in _abandoned if t.is_alive()]
-        _abandoned.extend((t, until) for t in ranks if t.is_alive())
+            t.interrupt()  # a woken rank that went on past its error
+        abandon(ranks)  # one still alive is in C code that ignores both (time.sleep...)
+        if ranks:
+            _inherit.release()
 
     def close(self) -> None:
         """End every rank thread and release the process groups. Safe to call twice."""
         with self._lock:
-            self._stop(wait=self.timeout)
+            self._stop(wait=min(self.timeout, 10.0))
 
 
 def simulate(
@@ -268,16 +235,20 @@ def simulate(
     *args: *Ts,
     timeout: float = DEFAULT_TIMEOUT,
     checked: bool = True,
+    share_args: bool = False,
 ) -> list[R]:
     """Run ``fn(ctx, *args)`` once per rank of a simulated world; the results in rank order.
 
-    Every rank is a thread of this process with a real gloo process group over an
-    in-memory store, and runs in a fresh ``contextvars`` context with its own ``ctx``
-    current (``idist.get_rank()``, ``idist.all_reduce(...)`` work inside ``fn``). Raises
-    ``RankFailedError`` (``.rank``, chained to the rank's exception) when a rank raises,
-    ``WorldTimeoutError`` (``.unfinished``) when the run takes longer than ``timeout``
-    seconds. No thread, store or process group is left behind, except a thread stuck in a
-    Python loop of its own after a timeout (a daemon: it cannot be stopped from outside).
+    Every rank is a thread of this process with its own context over an in-memory transport
+    that behaves as gloo does, its own deep copy of ``args`` (``share_args=True``: the same
+    objects), and a fresh ``contextvars`` context with its ``ctx`` current
+    (``idist.get_rank()``, ``idist.all_reduce(...)`` work inside ``fn``, and in threads it
+    starts). Raises ``RankFailedError`` (``.rank``: the rank whose own exception started the
+    failure, chained to it) when a rank raises, ``WorldTimeoutError`` (``.unfinished``) when
+    the run takes longer than ``timeout`` seconds (``math.inf``: no limit). Process-wide
+    state a rank changes (default dtype, RNG states, environment, warning filters...) is
+    restored afterwards. No thread, store or group is left behind, except a thread stuck in
+    C code (``time.sleep``) after a stopped run: a daemon, it ends by itself.
     """
-    with SimulatedWorld(world_size, timeout=timeout, checked=checked) as world:
+    with SimulatedWorld(world_size, timeout=timeout, checked=checked, share_args=share_args) as world:
         return world.run(fn, *args)

@@ -8,7 +8,8 @@ overrides the hooks ``_wrap_model``, ``_wrap_optimizer``, ``_loader_pin_memory``
 
 from __future__ import annotations
 
-from ._dataloader import AutoDataLoader, ShardedIterableDataset
+from ._dataloader import AutoDataLoader
+from ._iterable import ShardedIterableDataset
 from ._sampler import DistributedProxySampler, ShardSampler
 
 __all__ = ["AutoDataLoader", "DistributedProxySampler", "ShardSampler", "ShardedIterableDataset"]

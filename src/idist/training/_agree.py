@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from .. import _reports
 from .._errors import TrainingSetupError
 
 if TYPE_CHECKING:
@@ -17,12 +19,13 @@ logger = logging.getLogger("idist.training")
 
 
 def agree(ctx: DistContext, what: str, mine: object) -> None:
-    """Gather ``mine`` from every rank; ``TrainingSetupError`` on every rank alike when they differ."""
-    seen = ctx.all_gather(mine)
+    """``TrainingSetupError`` on every rank alike unless every rank holds the same ``mine`` (plain data,
+    compared by its ``repr``; only a digest of it travels, 16 bytes a rank)."""
+    seen = ctx.all_gather(hashlib.blake2b(repr(mine).encode(), digest_size=16).hexdigest())
     differ = [r for r, s in enumerate(seen) if s != seen[0]]
     if differ:
         raise TrainingSetupError(
-            f"{what} differs between ranks (rank 0 vs ranks {differ}): build the same model and optimizer "
+            f"{what} differs between ranks (rank 0 vs {_reports.ranks(differ)}): build the same model and optimizer "
             "on every rank before auto_model / auto_optim"
         )
 

@@ -1,40 +1,37 @@
 """``auto_dataloader``: one loader definition, the same global batches on any world size.
 
 ``batch_size`` is the **global** batch (as in ignite; ``per_rank_batch_size=`` says the
-per-rank size). A dataset without a sampler is sharded by ``ShardSampler`` (also serially,
-so 1 process at batch B and N ranks at B/N draw the same global batches); a user's
-``DistributedSampler`` is kept; any other sampler is wrapped in ``DistributedProxySampler``. An
-``IterableDataset`` is sharded by rank and worker with ``shard_iterable=True``.
-``num_workers`` is a per-node total (kept per process when smaller); the loader gets a private generator, and the
-returned ``AutoDataLoader`` advances its sampler's epoch on every new pass.
+per-rank size; none means 1). A dataset without a sampler is sharded by ``ShardSampler`` (also
+serially, so 1 process at batch B and N ranks at B/N draw the same global batches); a user's
+``DistributedSampler`` is kept; any other sampler is wrapped in ``DistributedProxySampler``; an
+``IterableDataset`` is sharded with ``shard_iterable=True`` (``_iterable``). Every rank runs the
+same steps: a rank the last step leaves without a sample gets an empty batch there. The
+``AutoDataLoader`` keeps the epoch clock (``_epochs``); ``num_workers`` is a per-node total.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import sys
-import warnings
-from collections.abc import Iterator, Sized
-from itertools import islice
-from types import FrameType
-from typing import TYPE_CHECKING, TypeVar, final
+from collections.abc import Sized
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
-from torch.utils.data import (
-    DataLoader,
-    Dataset,
-    DistributedSampler,
-    IterableDataset,
-    get_worker_info,
+from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, IterableDataset
+from torch.utils.data.dataloader import (
+    _BaseDataLoaderIter,
+    _MultiProcessingDataLoaderIter,
+    _SingleProcessDataLoaderIter,
 )
-from torch.utils.data.dataloader import _BaseDataLoaderIter
 from typing_extensions import Unpack
 
 from .._errors import TrainingSetupError
+from ._epochs import EpochClock, Pass, Steps, warn_tail
+from ._feed import Feed, feed_of
+from ._iterable import ShardedIterableDataset, shard_or_warn
 from ._options import AutoDataLoaderOptions, DataLoaderOptions
-from ._sampler import DistributedProxySampler, EpochClock, ShardSampler, rank_count, uneven_batches
+from ._sampler import DistributedProxySampler, ShardSampler, _ShardedBase
 from ._settings import merge, settings_of
+from ._warn import warn
 
 if TYPE_CHECKING:
     from .._context import DistContext
@@ -46,25 +43,32 @@ logger = logging.getLogger("idist.training")
 
 
 class AutoDataLoader(DataLoader[T_co]):
-    """A ``DataLoader`` whose sampler's epoch advances by one on every new pass.
+    """A ``DataLoader`` whose sampler's epoch advances after every pass that runs to its end.
 
-    An epoch set explicitly since the last pass wins: ``loader.set_epoch(e)``, or
-    ``sampler.set_epoch(e)`` on an idist sampler (on another sampler: a changed ``.epoch``).
-    ``global_batch_size`` is the batch all ranks load together per step (None without
-    automatic batching or with a custom ``batch_sampler``).
+    A pass left early (a look at one batch, a ``break``) changes nothing; an epoch set
+    explicitly wins: ``loader.set_epoch(e)``, or ``sampler.set_epoch(e)``. ``global_batch_size``
+    is the batch all ranks load together per step (None without automatic batching or with a
+    custom ``batch_sampler``). Rebuilt from its public attributes (ignite's
+    ``update_dataloader``), it keeps its clock: the epoch lives in the sampler.
     """
 
     def __init__(
-        self,
-        dataset: Dataset[T_co],
-        *,
-        global_batch_size: int | None,
-        epoch_target: object,
-        **kwargs: Unpack[DataLoaderOptions],
+        self, dataset: Dataset[T_co], *, global_batch_size: int | None = None, **kwargs: Unpack[DataLoaderOptions]
     ) -> None:
         super().__init__(dataset, **kwargs)
         self.global_batch_size = global_batch_size
-        self._clock = EpochClock(epoch_target) if hasattr(epoch_target, "set_epoch") else None
+        target = next((t for t in _samplers(self) if callable(getattr(t, "set_epoch", None))), None)
+        self._clock = EpochClock(target) if target is not None else None
+        # torch's BatchSampler over idist's sampler (ignite's ReproducibleBatchSampler wraps one)
+        batches = next((b for b in _samplers(self) if type(b) is BatchSampler), None)
+        sharded = getattr(batches, "sampler", None)
+        self._steps: Steps | None = None
+        self._feed: Feed | None = None
+        if isinstance(batches, BatchSampler) and isinstance(sharded, _ShardedBase):
+            self._steps = Steps(sharded, batches.batch_size, bool(sharded._empty_pads))
+            self._feed = sharded._feed
+        #: (world size, rank) auto_dataloader built it for: wrapping it again there changes nothing
+        self._built_for: tuple[int, int] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` for the next pass (the sampler reshuffles by it)."""
@@ -77,32 +81,66 @@ class AutoDataLoader(DataLoader[T_co]):
         """The epoch of the current (or last) pass; None before the first one."""
         return None if self._clock is None else self._clock.last
 
-    def __iter__(self) -> _BaseDataLoaderIter:
-        if self._clock is not None:
-            self._clock.before_pass()
-        return super().__iter__()
+    def __len__(self) -> int:
+        ds = self.dataset
+        if isinstance(ds, ShardedIterableDataset) and isinstance(ds.dataset, Sized) and self.batch_size is not None:
+            return ds.batches(self.batch_size, self.drop_last, self.num_workers)
+        return super().__len__()
+
+    def _get_iterator(self) -> _BaseDataLoaderIter:
+        if self.num_workers == 0:
+            return _OneProcess(self)
+        self.check_worker_number_rationality()
+        return _Workers(self)
+
+    def _begin_pass(self) -> Pass:
+        start = getattr(self.batch_sampler, "start_iteration", None)  # ignite's ReproducibleBatchSampler resumes
+        return Pass(self._clock, start if isinstance(start, int) else 0, self._steps, self._feed)
 
 
-@final
-class ShardedIterableDataset(IterableDataset[T]):
-    """Item ``i`` of ``dataset`` goes to one (rank, worker) pair: round robin over all of them."""
+def _samplers(loader: DataLoader[Any]) -> list[object]:
+    """Where a loader's order comes from, outermost first (a batch sampler may wrap another)."""
+    outer = loader.batch_sampler
+    return [outer, getattr(outer, "batch_sampler", None), getattr(outer, "sampler", None), loader.sampler]
 
-    def __init__(self, dataset: IterableDataset[T], rank: int, world_size: int) -> None:
-        self.dataset = dataset
-        self.rank = rank
-        self.world_size = world_size
 
-    def __iter__(self) -> Iterator[T]:
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        shard = self.rank * workers + worker
-        return islice(iter(self.dataset), shard, None, self.world_size * workers)
+class _Tracked(_BaseDataLoaderIter):
+    """An iterator that reports each batch, and the end of its pass, to the pass's bookkeeping."""
+
+    _pass: Pass
+
+    def __next__(self) -> Any:
+        try:
+            data = super().__next__()
+        except StopIteration:
+            self._pass.end()
+            raise
+        return self._pass.batch(data)
+
+
+class _OneProcess(_Tracked, _SingleProcessDataLoaderIter):
+    def __init__(self, loader: AutoDataLoader[Any]) -> None:
+        self._pass = loader._begin_pass()  # before the sampler is iterated: it reads the pass's epoch
+        super().__init__(loader)
+
+
+class _Workers(_Tracked, _MultiProcessingDataLoaderIter):
+    def __init__(self, loader: AutoDataLoader[Any]) -> None:
+        self._pass = loader._begin_pass()
+        super().__init__(loader)
+
+    def _reset(self, loader: AutoDataLoader[Any], first_iter: bool = False) -> None:
+        if not first_iter:  # persistent workers: a new pass over the same iterator
+            self._pass = loader._begin_pass()
+        super()._reset(loader, first_iter)
 
 
 def auto_dataloader(
     ctx: DistContext, data: Dataset[T] | DataLoader[T], **kwargs: Unpack[AutoDataLoaderOptions]
 ) -> AutoDataLoader[T]:
     """See ``DistContext.auto_dataloader``."""
+    if isinstance(data, AutoDataLoader) and not kwargs and data._built_for == (ctx.world_size, ctx.rank):
+        return data
     if isinstance(data, DataLoader):
         dataset, derived = settings_of(data)
         kwargs = merge(derived, kwargs)
@@ -112,16 +150,6 @@ def auto_dataloader(
     return ctx._adapt_loader(loader)
 
 
-def _warn(message: str) -> None:
-    """A UserWarning attributed to the caller's line, not to idist's own frames."""
-    package = os.path.dirname(os.path.dirname(__file__))
-    frame: FrameType | None = sys._getframe(1)
-    level = 2
-    while frame is not None and frame.f_code.co_filename.startswith(package):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(message, UserWarning, stacklevel=level)
-
-
 def _positive_int(name: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise TrainingSetupError(f"{name} must be a positive int, got {value!r}")
@@ -129,7 +157,7 @@ def _positive_int(name: str, value: object) -> int:
 
 
 def _per_rank_batch(ctx: DistContext, kw: DataLoaderOptions, per_rank: object) -> tuple[int | None, int | None]:
-    """(per-rank batch, global batch) from ``batch_size`` (global) or ``per_rank_batch_size``."""
+    """(per-rank batch, global batch) from ``batch_size`` (global; torch's default 1) or ``per_rank_batch_size``."""
     world = ctx.world_size
     if "batch_sampler" in kw:
         if "batch_size" in kw or per_rank is not None:
@@ -143,14 +171,13 @@ def _per_rank_batch(ctx: DistContext, kw: DataLoaderOptions, per_rank: object) -
             )
         b = _positive_int("per_rank_batch_size", per_rank)
         return b, b * world
-    if "batch_size" not in kw:
-        return 1, world  # torch's default: one sample per rank and step
-    if kw["batch_size"] is None:
+    total = kw.pop("batch_size", 1)
+    if total is None:
         return None, None
-    total = _positive_int("batch_size", kw.pop("batch_size"))
+    total = _positive_int("batch_size", total)
     b = max(1, total // world)
     if b * world != total:
-        _warn(
+        warn(
             f"batch_size={total} is the global batch and does not divide by the world size {world}: "
             f"each rank loads {b}, so the global batch is {b * world}; pass a multiple of {world}, "
             "or per_rank_batch_size="
@@ -162,7 +189,7 @@ def _build(ctx: DistContext, dataset: Dataset[T], options: AutoDataLoaderOptions
     options = options.copy()
     world, rank = ctx.world_size, ctx.rank
     seed = options.pop("seed", None)
-    shard_iterable = options.pop("shard_iterable", False)
+    shard_iterable = options.pop("shard_iterable", None)
     even_batches = bool(options.pop("even_batches", False))
     per_rank = options.pop("per_rank_batch_size", None)
     kw: DataLoaderOptions = options  # without idist's own keys from here on
@@ -173,7 +200,7 @@ def _build(ctx: DistContext, dataset: Dataset[T], options: AutoDataLoaderOptions
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
         raise TrainingSetupError(f"num_workers must be an int >= 0, got {workers!r}")
     if workers >= ctx.nproc_per_node > 1:  # a per-node total, as in ignite (fewer are kept per process)
-        kw["num_workers"] = -(-workers // ctx.nproc_per_node)
+        kw["num_workers"] = workers = -(-workers // ctx.nproc_per_node)
     kw["pin_memory"] = ctx._loader_pin_memory(kw.get("pin_memory"))
     user_gen = kw.get("generator")
     if seed is None:
@@ -184,38 +211,31 @@ def _build(ctx: DistContext, dataset: Dataset[T], options: AutoDataLoaderOptions
         private = torch.Generator()
         private.manual_seed((seed * 1_000_003 + rank) % (1 << 63))
         kw["generator"] = private
-    target: object = None
+    feed = feed_of(ctx)
     if "batch_sampler" in kw:
-        target = kw["batch_sampler"]
         if world > 1:
-            _warn("a custom batch_sampler is used as it is: make sure it gives each rank its own batches")
+            warn("a custom batch_sampler is used as it is: make sure it gives each rank its own batches")
     elif isinstance(dataset, IterableDataset):
-        dataset = _iterable(dataset, ctx, shard_iterable, kw["num_workers"] if workers else 0)
+        dataset = shard_or_warn(dataset, ctx.rank, ctx.world_size, shard_iterable, kw, b)
     else:
         if shard_iterable:
             raise TrainingSetupError(
                 "shard_iterable=True is for an IterableDataset; a map-style dataset is sharded by its sampler"
             )
-        target = kw["sampler"] = _sampler(ctx, dataset, kw, seed, even_batches, b)
+        sampler = kw["sampler"] = _sampler(ctx, dataset, kw, seed, b)
+        if isinstance(sampler, _ShardedBase):
+            sampler._feed, sampler._empty_pads = feed, not even_batches
+            warn_tail(sampler, b, bool(kw.get("drop_last", False)), even_batches)
     logger.info("auto_dataloader on rank %d/%d: %s", rank, world, kw)
-    return AutoDataLoader(dataset, global_batch_size=global_batch, epoch_target=target, **kw)
-
-
-def _iterable(dataset: IterableDataset[T], ctx: DistContext, shard: object, workers: int) -> IterableDataset[T]:
-    if shard:
-        return ShardedIterableDataset(dataset, ctx.rank, ctx.world_size)
-    if ctx.world_size > 1 or workers > 1:
-        logger.info(
-            "%s is an IterableDataset and is not sharded: each rank (and worker) must produce its own "
-            "data, or pass shard_iterable=True",
-            type(dataset).__name__,
-        )
-    return dataset
+    loader = AutoDataLoader(dataset, global_batch_size=global_batch, **kw)
+    loader._feed, loader._built_for = feed, (world, rank)
+    return loader
 
 
 def _sampler(
-    ctx: DistContext, dataset: object, kw: DataLoaderOptions, seed: int, even_batches: bool, b: int | None
+    ctx: DistContext, dataset: object, kw: DataLoaderOptions, seed: int, b: int | None
 ) -> DistributedSampler[int]:
+    """The rank's sampler; idist's pad the last step so that every rank runs as many batches."""
     world, rank = ctx.world_size, ctx.rank
     sampler = kw.pop("sampler", None)
     shuffle = kw.pop("shuffle", False)
@@ -224,43 +244,24 @@ def _sampler(
         raise TrainingSetupError("sampler= and shuffle=True exclude each other: shuffle inside the sampler")
     if isinstance(sampler, DistributedSampler):
         if (sampler.rank, sampler.num_replicas) != (rank, world):
-            _warn(
+            warn(
                 f"the DistributedSampler passed in has rank={sampler.rank}, num_replicas={sampler.num_replicas}, "
                 f"but this is rank {rank} of {world}: it is used as it is"
             )
         return sampler
-    made: ShardSampler | DistributedProxySampler
-    if sampler is None:
-        if not isinstance(dataset, Sized):
-            raise TrainingSetupError(
-                f"{type(dataset).__name__} has no __len__: make it a Dataset or an IterableDataset"
-            )
-        made = ShardSampler(
-            dataset,
-            num_replicas=world,
-            rank=rank,
-            shuffle=bool(shuffle),
-            seed=seed,
-            drop_last=drop_last,
-            even_batches=even_batches,
-            batch_size=b,
+    if sampler is not None:
+        return DistributedProxySampler(
+            sampler, world, rank, seed=seed, drop_last=drop_last, even_batches=True, batch_size=b
         )
-    else:
-        made = DistributedProxySampler(
-            sampler,
-            num_replicas=world,
-            rank=rank,
-            seed=seed,
-            drop_last=drop_last,
-            even_batches=even_batches,
-            batch_size=b,
-        )
-    if world > 1 and not drop_last and uneven_batches(made.total_size, world, b):
-        first = -(-rank_count(made.total_size, world, 0) // (b or 1))
-        _warn(
-            f"{made.length} samples with a global batch of {(b or 1) * world} leave a last batch smaller than "
-            f"the world size: some ranks run {first} batches per epoch, others {first - 1}. Fine for evaluation; "
-            "DDP training blocks on the extra step: pass drop_last=True, or even_batches=True to repeat "
-            f"{world - made.length % world} samples"
-        )
-    return made
+    if not isinstance(dataset, Sized):
+        raise TrainingSetupError(f"{type(dataset).__name__} has no __len__: make it a Dataset or an IterableDataset")
+    return ShardSampler(
+        dataset,
+        num_replicas=world,
+        rank=rank,
+        shuffle=bool(shuffle),
+        seed=seed,
+        drop_last=drop_last,
+        even_batches=True,
+        batch_size=b,
+    )

@@ -2,7 +2,8 @@
 
 Serial and torch.distributed need nothing (DDP already averages the gradients), so the
 default hook returns the optimizer itself; Horovod (DistributedOptimizer plus a state
-broadcast) and XLA (``xm.optimizer_step``) override the hook in their contexts.
+broadcast) and XLA (``xm.optimizer_step``) override the hook in their contexts. In checked
+mode each step first compares where every rank stands in its loaders (``_feed``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from torch.optim import Optimizer
 from typing_extensions import Unpack
 
 from .._errors import TrainingSetupError
+from ._feed import check_places
 from ._options import OptimOptions
 
 if TYPE_CHECKING:
@@ -29,7 +31,9 @@ def auto_optim(ctx: DistContext, optimizer: OptimizerT, **kwargs: Unpack[OptimOp
     """See ``DistContext.auto_optim``."""
     if not isinstance(optimizer, Optimizer):
         raise TrainingSetupError(f"auto_optim takes a torch.optim.Optimizer, got {type(optimizer).__name__}")
-    return ctx._wrap_optimizer(optimizer, kwargs)
+    wrapped = ctx._wrap_optimizer(optimizer, kwargs)
+    check_places(ctx, wrapped)
+    return wrapped
 
 
 def keep_optimizer(ctx: ContextCore, optimizer: OptimizerT, kwargs: OptimOptions) -> OptimizerT:

@@ -1,34 +1,35 @@
-"""Samplers that give each rank its share of an epoch, and the clock that advances epochs.
+"""Samplers that give each rank its share of an epoch.
 
 ``ShardSampler`` shards ``range(n)`` (shuffled by ``seed + epoch`` when asked);
-``ProxySampler`` shards what a user's sampler yields, run under a private seed so every
-rank sees the same sequence and the global RNGs stay untouched. Rank ``r`` of ``W`` takes
-positions ``r, r + W, ...``; nothing is padded (every sample once per epoch) unless
+``DistributedProxySampler`` shards what a user's sampler yields, run under a private seed so
+every rank sees the same sequence and the global RNGs stay untouched. Rank ``r`` of ``W``
+takes positions ``r, r + W, ...``; nothing is padded (every sample once per epoch) unless
 ``even_batches=True`` must repeat up to ``W - 1`` samples so ranks run as many batches as
-each other. Both are ``DistributedSampler`` subclasses.
+each other. Both are ``DistributedSampler`` subclasses; their epoch is the one the next pass uses.
 """
 
 from __future__ import annotations
 
 import random
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sized
-from typing import Protocol, SupportsIndex, cast, final
+from typing import TYPE_CHECKING, Protocol, SupportsIndex, cast, final
 
 import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
 from .._errors import TrainingSetupError, UnsupportedSamplerError
+from ._warn import warn
+
+if TYPE_CHECKING:
+    from ._feed import Feed
 
 
 class _Seeded(Protocol):
     """A sampler that draws from ``generator`` (every torch sampler that shuffles)."""
 
     generator: torch.Generator | None
-
-
-class _HasEpoch(Protocol):
-    def set_epoch(self, epoch: int) -> None: ...
 
 
 #: the global RNGs are process-wide; a proxy sampler forks them under this lock
@@ -62,6 +63,10 @@ def shard_plan(length: int, world_size: int, drop_last: bool, even_batches: bool
     if even_batches and length % world_size and uneven_batches(length, world_size, batch_size):
         return length + world_size - length % world_size
     return length
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def rank_count(total: int, world_size: int, rank: int) -> int:
@@ -103,6 +108,19 @@ class _ShardedBase(DistributedSampler[int]):
         self.num_samples = rank_count(self.total_size, num_replicas, rank)
         #: set by ``set_epoch``, cleared when a loader starts a pass (an explicit epoch wins)
         self.epoch_was_set = False
+        #: set by auto_dataloader: the context's feed, and whether a batch of repeated samples is emptied
+        self._feed: Feed | None = None
+        self._empty_pads: bool | None = None
+        if num_replicas > 1 and not drop_last and not even_batches and uneven_batches(length, num_replicas, batch_size):
+            b = batch_size or 1
+            first = -(-rank_count(length, num_replicas, 0) // b)
+            warn(
+                f"{length} samples over {num_replicas} replicas{f' in batches of {b}' if batch_size else ''}: "
+                f"some ranks run {first} {'batches' if batch_size else 'samples'} per epoch, others {first - 1}, "
+                "and DDP training blocks on the extra step. Pass even_batches=True to repeat "
+                f"{_count(num_replicas - length % num_replicas, 'sample')} (as ignite's DistributedProxySampler "
+                "and torch's DistributedSampler always do), or drop_last=True"
+            )
 
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` for the next pass (wins over the loader's automatic advance)."""
@@ -112,7 +130,7 @@ class _ShardedBase(DistributedSampler[int]):
     def _sequence(self) -> list[int]:
         raise NotImplementedError
 
-    def __iter__(self) -> Iterator[int]:
+    def __iter__(self) -> Iterator[int]:  # positions r, r + W, ... of the epoch's sequence
         seq = self._sequence()
         if self.total_size > len(seq):  # even_batches: repeat from the start
             seq = (seq * (-(-self.total_size // max(len(seq), 1))))[: self.total_size]
@@ -169,10 +187,10 @@ class DistributedProxySampler(_ShardedBase):
     ``num_replicas`` and ``rank`` default to the current context's world size and rank.
 
     ``sampler`` runs with a private ``generator`` (when it has that attribute, as every
-    torch sampler does) and with the global torch and ``random`` RNGs forked and seeded
-    from ``seed + epoch``; both are restored afterwards, so the caller's RNG state is the
-    same before and after a pass and every rank draws the same sequence. The sampler must
-    have a length.
+    torch sampler does) and with the global torch, ``random`` and numpy RNGs forked and
+    seeded from ``seed + epoch``; all are restored afterwards, so the caller's RNG state is
+    the same before and after a pass and every rank draws the same sequence. What it yields
+    (indices, or any keys the dataset takes) is passed on unchanged. It must have a length.
     """
 
     def __init__(
@@ -218,66 +236,27 @@ class DistributedProxySampler(_ShardedBase):
         has_gen = hasattr(self.sampler, "generator")
         seeded = cast(_Seeded, self.sampler)
         saved_gen = getattr(self.sampler, "generator", None)
+        np = sys.modules.get("numpy")  # a sampler can only draw from numpy's RNG once numpy is imported
         with _GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
             py_state = random.getstate()
+            np_state = None if np is None else np.random.get_state()
             torch.manual_seed(seed)
             random.seed(seed)
+            if np is not None:
+                np.random.seed(seed % 2**32)
             try:
                 if has_gen:
                     seeded.generator = private
-                seq = [int(i) for i in self.sampler]
+                seq = cast("list[int]", list(self.sampler))  # keys as they are: a dataset may take strings
             finally:
                 if has_gen:
                     seeded.generator = saved_gen
                 random.setstate(py_state)
+                if np is not None:
+                    np.random.set_state(np_state)
         if len(seq) != self.length:
             raise TrainingSetupError(
                 f"{type(self.sampler).__name__} yielded {len(seq)} indices but its len() is {self.length}; "
                 "a sampler shared out between ranks must yield len() indices every epoch"
             )
         return seq
-
-
-class EpochClock:
-    """Advances a sampler's epoch on every new pass of a loader.
-
-    Pass ``k`` uses the epoch of pass ``k - 1`` plus one, unless an epoch was set
-    explicitly since the last pass (``loader.set_epoch(e)``, or ``sampler.set_epoch(e)``
-    on an idist sampler, or a changed ``.epoch`` on any other sampler): then that one.
-    """
-
-    def __init__(self, target: object) -> None:
-        self.target = target
-        self.last: int | None = None
-        self.requested: int | None = None
-
-    def set_epoch(self, epoch: int) -> None:
-        self.requested = int(epoch)
-        self._apply(int(epoch))
-
-    def before_pass(self) -> int:
-        t = self.target
-        current = getattr(t, "epoch", None)
-        if self.requested is not None:
-            epoch = self.requested
-        elif isinstance(t, _ShardedBase) and t.epoch_was_set:
-            epoch = t.epoch
-        elif self.last is None:
-            epoch = current if isinstance(current, int) else 0
-        elif not isinstance(t, _ShardedBase) and isinstance(current, int) and current != self.last:
-            epoch = current
-        else:
-            epoch = self.last + 1
-        self.requested = None
-        self._apply(epoch)
-        if isinstance(t, _ShardedBase):
-            t.epoch_was_set = False
-        self.last = epoch
-        return epoch
-
-    def _apply(self, epoch: int) -> None:
-        t = self.target
-        if isinstance(t, _ShardedBase):
-            t.epoch = epoch
-        else:
-            cast(_HasEpoch, t).set_epoch(epoch)

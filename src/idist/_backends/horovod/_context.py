@@ -12,12 +12,22 @@ from typing import TYPE_CHECKING, ClassVar, Self, TypeVar, final, overload
 import attrs
 import torch
 from torch import nn
+from typing_extensions import deprecated
 
 from ... import _codec, _exchange
 from ..._context import DistContext
 from ..._errors import CollectiveInputError, TrainingSetupError, UnsupportedOpError
 from ..._group import Group, check_ranks
-from ..._types import COMMON_OPS, GroupArg, HorovodReduceOp
+from ..._types import (
+    COMMON_OPS,
+    BoolReduceOp,
+    BoolRefusedOp,
+    FloatReduceOp,
+    FloatValue,
+    GroupArg,
+    HorovodReduceOp,
+    IntReduceOp,
+)
 from . import _create, _lib, _training
 from ._comm import HorovodComm, register_process_set
 from ._fold import NATIVE_REDUCE, WIDEN, adasum_tree, fold_tensors
@@ -168,14 +178,21 @@ class HorovodContext(DistContext[HorovodComm]):
         )
 
     # ------------------------------------------------------------- collectives
+    # As DistContext's, with ADASUM for tensors (Python values are refused it)
     @overload
     def all_reduce(self, tensor: TensorT, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> TensorT: ...
     @overload
-    def all_reduce(self, tensor: bool, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> bool: ...
+    def all_reduce(self, tensor: bool, op: BoolReduceOp, group: GroupArg = None) -> bool: ...
     @overload
-    def all_reduce(self, tensor: int, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> int: ...
+    @deprecated(
+        "all_reduce of a bool takes op AND, OR, MIN or MAX (SUM, PRODUCT and AVERAGE raise "
+        "UnsupportedOpError); to count the True values, reduce int(flag)"
+    )
+    def all_reduce(self, tensor: bool, op: BoolRefusedOp = "SUM", group: GroupArg = None) -> bool: ...
     @overload
-    def all_reduce(self, tensor: float, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> float: ...
+    def all_reduce(self, tensor: int, op: IntReduceOp = "SUM", group: GroupArg = None) -> int: ...
+    @overload
+    def all_reduce(self, tensor: FloatValue, op: FloatReduceOp = "SUM", group: GroupArg = None) -> float: ...
     def all_reduce(self, tensor: object, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> object:
         """As ``DistContext.all_reduce``, plus ``op="ADASUM"`` for floating-point tensors."""
         if op == "ADASUM":

@@ -118,6 +118,7 @@ class NativeComm:
     torch_group: dist.ProcessGroup | None = None
     #: collectives of this comm running now (on any thread): its group cannot be destroyed
     busy: int = 0
+    calling: str | None = None  # the user's call its collectives serve now, when named otherwise (checked mode)
 
     def _mark(self, what: str) -> None:
         """Count this backend call; with stall marks on, note it where the launcher can read it."""
@@ -204,6 +205,7 @@ class NativeComm:
         records its own arrival); the guard hears who else arrived; the group is broken."""
         if exc is not None:
             traceback.clear_frames(exc.__traceback__)  # their work objects hold the group's connections
+        call = call if self.calling is None else f"{self.calling} (checked mode's comparison)"
         guard = self.guard
         verdict = guard.judge(self, call, exc, lost, time.monotonic() - began)
         self.release(verdict.reason, stuck=lost is not None)

@@ -16,8 +16,9 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store
 from ..._context import DistContext
 from ..._errors import CollectiveInputError, IdistError, UnsupportedValueError
 from . import _adopt, _create, _ddp
-from ._comm import NativeComm, PGLike
+from ._comm import NativeComm
 from ._guard import describe, fingerprint
+from ._inflight import Unheld
 from ._keys import built, group_key
 
 #: dtypes gloo has no kernels for (torch 2.13): broadcast moves their bytes, all_reduce refuses them
@@ -39,6 +40,8 @@ class NativeContext(DistContext[NativeComm]):
     _store: Store | None = attrs.field(repr=False, default=None, alias="_store")
     #: True when this context created the default group and must destroy it on close
     _owns_default: bool = attrs.field(repr=False, default=False, alias="_owns_default")
+    #: an in-process transport's maker of process groups (simulated ranks; torch.distributed knows none)
+    _groups: _create.GroupMaker | None = attrs.field(repr=False, default=None, alias="_groups")
 
     # ------------------------------------------------------------- factories
     @classmethod
@@ -58,13 +61,14 @@ class NativeContext(DistContext[NativeComm]):
         return _adopt.adopt(cls)
 
     @property
-    def process_group(self) -> PGLike:
-        """The torch process group of all ranks (what DDP and torch.distributed calls take)."""
-        return self._state.world.pg
+    def process_group(self) -> dist.ProcessGroup:
+        """The torch ``ProcessGroup`` of all ranks: what DDP and torch.distributed calls take (for
+        simulated ranks, one built around their gloo group on first use)."""
+        return _ddp.torch_group(self)
 
     def still_adopted(self) -> bool:
         """Whether the torch group this context adopted is still torch's default group."""
-        return dist.is_initialized() and dist.group.WORLD is self.process_group
+        return dist.is_initialized() and dist.group.WORLD is self._state.world.pg
 
     @classmethod
     def in_process(
@@ -75,26 +79,30 @@ class NativeContext(DistContext[NativeComm]):
         *,
         timeout: float | datetime.timedelta | None = None,
         checked: bool | None = None,
+        groups: _create.GroupMaker | None = None,
     ) -> NativeContext:
         """A gloo context over ``store`` that does not touch torch's default group.
 
-        Several of these live in one process, one per thread, for simulated ranks.
+        Several of these live in one process, one per thread, for simulated ranks. ``groups``
+        (an in-process transport) makes its process groups instead of gloo over ``store``.
         """
-        return _create.create_in_process(cls, store, rank, world_size, timeout, checked)
+        return _create.create_in_process(cls, store, rank, world_size, timeout, checked, groups)
 
     # ------------------------------------------------------------------ groups
     def _make_comm(self, ranks: tuple[int, ...]) -> NativeComm | None:
         if self.rank not in ranks:
             return None
+        world = self._state.world
+        key = group_key(ranks)  # a fixed length, whatever the group's size
+        grank = ranks.index(self.rank)
+        if self._groups is not None:
+            return NativeComm(self._groups(ranks, grank), ranks, grank, world.guard, key=key, inflight=Unheld())
         if self._store is None or self.backend not in ("gloo", "nccl"):
             raise CollectiveInputError(
                 f"subgroups on a {self.backend} context without a store are not supported; "
                 "create the group with torch.distributed.new_group and pass it as group="
             )
-        world = self._state.world
-        key = group_key(ranks)  # a fixed length, whatever the group's size
         store = PrefixStore(f"{world.guard.namespace}/{key}", self._store)
-        grank = ranks.index(self.rank)
         pg: Any
         if self.backend == "gloo" and self.bind_address is not None:
             opts = ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private in torch's stubs
@@ -229,8 +237,8 @@ class NativeContext(DistContext[NativeComm]):
 
     def _dcp_group(self) -> dist.ProcessGroup | None:
         # simulated ranks' groups are not registered with torch.distributed, which DCP needs
-        pg = self.process_group
-        return pg if self.world_size > 1 and isinstance(pg, dist.ProcessGroup) else None
+        pg = self._state.world.pg
+        return pg if self.world_size > 1 and isinstance(pg, dist.ProcessGroup) and self._groups is None else None
 
     def _close(self) -> None:
         # let the worker threads drop finished work while the interpreter is whole (_inflight)
@@ -240,5 +248,5 @@ class NativeContext(DistContext[NativeComm]):
                 comm.inflight.drain()
         state.comms.clear()
         state.group_comms.clear()
-        if self._owns_default and dist.is_initialized() and dist.group.WORLD is self.process_group:
+        if self._owns_default and dist.is_initialized() and dist.group.WORLD is self._state.world.pg:
             dist.destroy_process_group()

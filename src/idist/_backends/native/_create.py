@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar, cast
 
 import attrs
@@ -20,9 +21,9 @@ from ..._topology import Topology
 from . import _rendezvous
 from ._comm import NativeComm, PGLike
 from ._guard import Guard, checked_from_env
+from ._inflight import InFlight, Unheld
 from ._keys import built, farewell, namespace, serving_node
-from ._liveness import Heartbeat, heartbeat, limit_from
-from ._verdict import bounded
+from ._liveness import heartbeat, limit_from
 
 if TYPE_CHECKING:
     from ._context import NativeContext
@@ -32,6 +33,8 @@ C = TypeVar("C", bound="NativeContext")
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
 LOOPBACK = "127.0.0.1"
 
+#: makes group rank ``r``'s process group of the global ``ranks`` (an in-process transport's)
+GroupMaker = Callable[[tuple[int, ...], int], PGLike]
 #: ids of the default groups that an idist context created: those are never "adopted"
 #: by another thread's current(), which must not see a context scoped elsewhere.
 CREATED: set[int] = set()
@@ -86,10 +89,12 @@ def _build(
     checked: bool | None = None,
     bind: str | None = None,
     liveness: float = 0.0,
+    groups: GroupMaker | None = None,
     store_node: int | None = None,
 ) -> C:
     """The context over ``pg``; ``liveness`` is the limit in seconds of its heartbeat (0: none);
-    ``store_node`` the node that serves ``store``, when known (else the heartbeat finds it)."""
+    ``groups`` makes its subgroups' process groups (None: gloo over ``store``); ``store_node`` the
+    node that serves ``store``, when known (else the heartbeat finds it)."""
     t = info.topology
     ns = namespace(store, t.rank, os.environ) if store is not None else "idist"
     beat = heartbeat(store, info, liveness, prefix=f"{ns}/live", store_node=store_node)
@@ -117,6 +122,7 @@ def _build(
         flat=name != "mpi",
         default_group=owns_default,
         slice=sliced,
+        inflight=InFlight() if groups is None else Unheld(),
     )
     state = ContextState(world)
     ctx = cls(
@@ -128,10 +134,11 @@ def _build(
         bind_address=bind,
         _store=store,
         _owns_default=owns_default,
+        _groups=groups,
         _state=state,
     )
     if store is not None:  # runs last (on_close is a stack): the last rank to close deletes the keys
-        state.on_close.append(lambda: _farewell(store, ns, t.world_size, guard, beat))
+        state.on_close.append(lambda: farewell(store, ns, t.world_size, guard.written, beat))
     if beat is not None:
         beat.start()
         state.on_close.append(beat.stop)
@@ -140,14 +147,6 @@ def _build(
         torch.cuda.set_device(device)
         state.on_close.append(lambda: torch.cuda.set_device(previous))
     return ctx
-
-
-def _farewell(store: Store, ns: str, world: int, guard: Guard, beat: Heartbeat | None) -> None:
-    """Delete this context's keys once every rank closed it (bounded: the store may be gone)."""
-    if beat is not None and not beat.clean:
-        return  # a peer or the store was lost: the namespace is never reused, leave it
-    keys = [*(f"live/{k}" for k in beat.keys), *guard.written] if beat is not None else guard.written
-    bounded(lambda: farewell(store, ns, world, keys), 1.0)
 
 
 def _explicit_info(
@@ -275,17 +274,23 @@ def create_in_process(
     world_size: int,
     timeout: float | datetime.timedelta | None,
     checked: bool | None,
+    groups: GroupMaker | None = None,
 ) -> C:
-    """A gloo context over ``store`` that does not touch torch's default group (see NativeContext)."""
+    """A gloo context over ``store`` that does not touch torch's default group (see NativeContext);
+    with ``groups``, its process groups (the world's and every subgroup's) come from there."""
     if not 0 <= rank < world_size:
         raise LaunchEnvironmentError(f"rank={rank} is outside 0..{world_size - 1}")
     td = _timeout(timeout)
-    opts = ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private in torch's stubs
-    opts._timeout = td
-    opts._devices = [ProcessGroupGloo.create_device(hostname=LOOPBACK)]  # in-process: loopback only
-    rendezvous = PrefixStore("idist/world", store)
-    pg = cast(PGLike, ProcessGroupGloo(rendezvous, rank, world_size, opts))
-    built(rendezvous, world_size)  # its rendezvous keys: deleted once every rank connected
+    pg: PGLike
+    if groups is not None:
+        pg = groups(tuple(range(world_size)), rank)
+    else:
+        opts = ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private in torch's stubs
+        opts._timeout = td
+        opts._devices = [ProcessGroupGloo.create_device(hostname=LOOPBACK)]  # in-process: loopback only
+        rendezvous = PrefixStore("idist/world", store)
+        pg = cast(PGLike, ProcessGroupGloo(rendezvous, rank, world_size, opts))
+        built(rendezvous, world_size)  # its rendezvous keys: deleted once every rank connected
     info = _explicit_info(rank, world_size, None, None)
     info = attrs.evolve(info, launcher="simulated", decided_by={"world": "in-process store"})
-    return _build(cls, "gloo", pg, store, info, td, owns_default=False, checked=checked, bind=LOOPBACK)
+    return _build(cls, "gloo", pg, store, info, td, owns_default=False, checked=checked, bind=LOOPBACK, groups=groups)

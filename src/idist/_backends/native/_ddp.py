@@ -27,13 +27,7 @@ def wrap_ddp(ctx: NativeContext, model: nn.Module, sync_bn: bool, kwargs: dict[s
     """DistributedDataParallel over ``ctx``'s process group (world size > 1), else one process."""
     if ctx.world_size == 1:
         return wrap_single_process(ctx, model, sync_bn, kwargs)
-    for key in ("device_ids", "output_device"):
-        if key in kwargs:
-            where = f"[{ctx.device.index}] from the context's device" if ctx.device.type == "cuda" else "None on CPU"
-            raise TrainingSetupError(
-                f"auto_model sets {key} itself ({where}); drop {key}={kwargs[key]!r} and pick the device "
-                "through the launcher (LOCAL_RANK)"
-            )
+    # device_ids / output_device: checked against the context's device and dropped by auto_model
     group = kwargs.pop("process_group", None) or torch_group(ctx)
     if sync_bn:
         model = sync_batchnorm(ctx, model, group)
@@ -63,8 +57,9 @@ def sync_batchnorm(ctx: NativeContext, model: nn.Module, group: dist.ProcessGrou
 
 
 def torch_group(ctx: NativeContext) -> dist.ProcessGroup:
-    """The torch ``ProcessGroup`` DDP needs: the context's own, or one built around its raw gloo group."""
-    pg = ctx.process_group
+    """``ctx.process_group``: the context's own torch ``ProcessGroup``, or one built around its raw gloo
+    group (simulated ranks), which DDP and torch.distributed's functions take."""
+    pg = ctx._state.world.pg
     if isinstance(pg, dist.ProcessGroup):
         return pg
     world = ctx._state.world
@@ -73,7 +68,7 @@ def torch_group(ctx: NativeContext) -> dist.ProcessGroup:
         store = ctx._store
         if store is None:
             raise TrainingSetupError(
-                "this context has no store to build a torch ProcessGroup for DDP; create it with idist.initialize"
+                "this context has no store to build a torch ProcessGroup over; create it with idist.initialize"
             )
         prefix = PrefixStore("idist/ddp", store)
         group = dist.ProcessGroup(prefix, ctx.rank, ctx.world_size)

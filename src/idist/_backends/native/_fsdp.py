@@ -48,15 +48,13 @@ def shard(ctx: NativeContext, model: nn.Module, sync_bn: bool, kwargs: dict[str,
     """``fully_shard`` by the policy over the context's group; a world of one keeps the model whole."""
     if ctx.world_size == 1:
         return whole(ctx, model, kwargs)
-    group = ctx.process_group
-    if not isinstance(group, dist.ProcessGroup):
+    group = ctx._state.world.pg  # not ctx.process_group, which wraps a simulated rank's gloo group
+    if not isinstance(group, dist.ProcessGroup) or ctx._dcp_group() is None:  # simulated ranks: unregistered
         raise TrainingSetupError(
             "auto_model(strategy='fsdp') needs one process per rank: torch's sharded tensors keep process-wide "
             "state, which simulated ranks in threads share. Test FSDP code with idist.testing's process runner "
             "or idist.spawn"
         )
-    if "mesh" in kwargs:
-        raise TrainingSetupError("auto_model builds the device mesh from the context's process group; drop mesh=")
     policy = kwargs.pop("shard_modules", None)
     if sync_bn:
         model = sync_batchnorm(ctx, model, group)

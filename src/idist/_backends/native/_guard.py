@@ -117,6 +117,10 @@ class Guard:
     marks: Marks | None = None
     #: the one-element tensor two ranks sum their call hashes in (see ``check``)
     check_sum: torch.Tensor = attrs.Factory(lambda: torch.zeros((), dtype=torch.float64))
+    #: how long a checked collective waits for every rank (a simulated world: its run's timeout)
+    checked_wait: datetime.timedelta = attrs.Factory(lambda: datetime.timedelta(seconds=CHECKED_WAIT))
+    #: how long a failing rank waits for its peers' stall reports (in one process: moments)
+    stall_grace: float = STALL_GRACE
     #: the context's namespace in the store (``_keys``): its subgroups' keys live there too
     namespace: str = "idist"
     #: the keys this guard wrote, relative to the namespace (deleted when the context closes)
@@ -144,8 +148,10 @@ class Guard:
         the sum is twice this rank's hash, the same answer on both; a rank with an error sends
         NaN); more ranks gather 8-byte hashes. Any difference gathers the calls for the report.
         """
-        wait = self.sections[-1] if self.sections else datetime.timedelta(seconds=CHECKED_WAIT)
+        wait = self.sections[-1] if self.sections else self.checked_wait
         self.sections.append(wait)  # an absent rank is named after this wait, not the group's timeout
+        call = fp.split(_SEP, 1)[0]
+        comm.calling = call  # a failure names the user's call, not the comparison's collective
         try:
             if (_same_on_two if len(comm.ranks) == 2 else _same_on_all)(comm, fp, error):
                 return
@@ -154,7 +160,7 @@ class Guard:
             bufs = _exchange.gather_frames(comm, frame)
         finally:
             self.sections.pop()
-        call = fp.split(_SEP, 1)[0]
+            comm.calling = None
         prints = [str(v).split(_SEP) for v in _exchange.decode_all(comm, bufs, call)]
         if any(p[:_COMPARED] != prints[0][:_COMPARED] for p in prints):
             raise CollectiveMismatchError(f"{call} differs between ranks:\n" + _table(comm.ranks, prints))
@@ -227,7 +233,7 @@ class Guard:
             s: Tally(store, f"stall/{comm.key}/{s}", size, roll, str(seq), near) for s in (seq - 1, seq, seq + 1)
         }
         self.written.extend(f"guard/{key}" for tally in tallies.values() for key in tally.keys)
-        grace = min(STALL_GRACE, self.timeout.total_seconds())
+        grace = min(self.stall_grace, self.timeout.total_seconds())
 
         def tell() -> bool:
             tallies[seq].note(comm.group_rank)

@@ -64,6 +64,17 @@ class InFlight:
             self.release()
 
 
+@attrs.define(eq=False)
+class Unheld(InFlight):
+    """An in-process transport's: its calls hold no tensor once they returned, so nothing waits."""
+
+    def release(self) -> None:
+        self.held.clear()
+
+    def drain(self, seconds: float = DRAIN_SECONDS) -> None:
+        self.held.clear()
+
+
 def keep_forever(*objects: object) -> None:
     """Keep ``objects`` (a group whose collective is stuck in the backend, and its tensors) until
     the process ends, beyond interpreter finalization: freeing that group would wait for the

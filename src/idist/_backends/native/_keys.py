@@ -13,13 +13,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Store
 
 from ... import _netif
+from ._verdict import bounded
 
 #: gloo connects lazily under this variable, reading the rendezvous keys later
 _LAZY_GLOO = "TORCH_GLOO_LAZY_INIT"
@@ -55,14 +57,29 @@ def built(store: Store, size: int) -> None:
             store.delete_key(key)
 
 
-def farewell(store: Store, ns: str, world_size: int, keys: Iterable[str]) -> None:
-    """Called by every rank as its context closes: the last to close deletes ``keys`` (names
-    under ``ns``) and the counter itself."""
-    if store.add(f"{ns}/closed", 1) != world_size:
+class _Beat(Protocol):
+    @property
+    def keys(self) -> list[str]: ...
+    @property
+    def clean(self) -> bool: ...
+
+
+def farewell(store: Store, ns: str, world_size: int, written: Sequence[str], beat: _Beat | None) -> None:
+    """Called by every rank as its context closes: the last to close deletes the keys the guard
+    ``written`` and the heartbeat ``beat`` wrote (names under ``ns``) and the counter itself.
+    Nothing after a loss (that namespace is never reused); each step bounded (the store may be gone)."""
+    if beat is not None and not beat.clean:
         return
-    for key in (*keys, "closed"):
-        with contextlib.suppress(RuntimeError):
-            store.delete_key(f"{ns}/{key}")
+    keys = [*written, *(f"live/{k}" for k in (beat.keys if beat is not None else ()))]
+
+    def last() -> None:
+        if store.add(f"{ns}/closed", 1) != world_size:
+            return
+        for key in (*keys, "closed"):
+            with contextlib.suppress(RuntimeError):
+                store.delete_key(f"{ns}/{key}")
+
+    bounded(last, 1.0)
 
 
 def address(store: Store) -> tuple[str, int] | None:
