@@ -216,6 +216,32 @@ def test_a_failure_diagnosis_costs_o_n_requests_and_names_the_absent_rank(store:
     assert got["requests"] <= 30 * world, got
 
 
+@pytest.mark.parametrize("absent", [None, 13], ids=["all-fail-alike", "one-did-not-fail"])
+def test_agreeing_on_a_failure_costs_o_n_keys(store: Any, absent: int | None) -> None:
+    """32 ranks fail before communicating (``Guard.agree``): when all fail at the same call every
+    one keeps the group, when rank 13 did not every other breaks it; either way the store served
+    O(N) requests and keys (before: each rank polled every rank's key for 0.3 s, N^2 keys)."""
+    _, proxy = store
+    world = 32
+    clients = [PrefixStore("t/guard", c) for c in _clients(proxy, world)]
+    proxy.reset()
+    exc = idist.CollectiveInputError("src=7 is outside 0..31")
+
+    def agree(r: int) -> Verdict | None:
+        step = SimpleNamespace(seq=5, agreed=0)
+        comm: Any = SimpleNamespace(key="world", ranks=tuple(range(world)), group_rank=r, lockstep=step)
+        return Guard(clients[r], TIMEOUT).agree(comm, "broadcast", exc)
+
+    ranks = [r for r in range(world) if r != absent]
+    out = _in_threads(len(ranks), lambda i: agree(ranks[i]))
+    got = proxy.stats()
+    if absent is None:
+        assert out == [None] * world, out
+    else:
+        assert all(isinstance(v, Verdict) and v.fault is Fault.BROKEN for v in out), out
+    assert got["requests"] <= 8 * world and got["keys"] <= 8 * world, got
+
+
 # ----------------------------------------------------------------------------- store size
 def test_creating_groups_leaves_the_store_s_key_count_flat() -> None:
     """4 simulated ranks create every subgroup of 2 and 3 ranks in turn and reduce on each: after
@@ -259,6 +285,35 @@ def test_a_closed_context_leaves_only_its_generation_counters() -> None:
 
     assert _in_threads(3, rank) == [None, None, None]
     assert sorted(store.list_keys()) == [f"sim/idist/0/gen/{r}" for r in range(3)], store.list_keys()
+
+
+def _groups_failures_and_close(r: int, world: int, store: Any) -> None:
+    """One context: a reduce on the world and on two subgroups, the same bad input on every rank
+    (each fails before communicating, the group stays usable), a reduce after it, and close."""
+    ctx = idist.NativeContext.in_process(PrefixStore("sim", store), r, world, timeout=30, checked=False)
+    try:
+        ctx.all_reduce(1)
+        for g in ([0, 1], [1, 2]):
+            if r in g:
+                ctx.all_reduce(torch.ones(2), group=g)
+        for _ in range(2):
+            with pytest.raises(idist.CollectiveInputError):
+                ctx.broadcast(1.0, src=7)
+        assert ctx.all_reduce(1) == world
+    finally:
+        ctx.close()
+
+
+def test_a_job_of_many_contexts_keeps_the_store_s_key_count_flat() -> None:
+    """3 simulated ranks make five contexts in turn on one store: groups, failures that every rank
+    shares, close. After each close the store holds one counter a rank and nothing else: flat,
+    whatever the number of contexts (before: each failure left a key a rank for good)."""
+    world, store = 3, HashStore()
+    counts: list[list[str]] = []
+    for _ in range(5):
+        assert _in_threads(world, lambda r: _groups_failures_and_close(r, world, store)) == [None] * world
+        counts.append(sorted(store.list_keys()))
+    assert counts == [[f"sim/idist/0/gen/{r}" for r in range(world)]] * 5, counts[-1]
 
 
 def test_a_board_being_set_up_is_never_swept(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from ..._errors import CollectiveMismatchError, IdistError
 from ..._marks import Marks
 from ._liveness import Heartbeat, Lost
 from ._tally import Tally
-from ._verdict import Fault, Verdict, bounded, first_line, present, read
+from ._verdict import Fault, Verdict, bounded, first_line, read
 
 if TYPE_CHECKING:
     from ._comm import NativeComm
@@ -175,14 +175,15 @@ class Guard:
         store = self.store
         if store is not None:
             step = comm.lockstep
-            prefix = f"idist/fail/{comm.key}/{step.seq}.{step.agreed}/"
-            keys = [f"{prefix}{r}" for r in range(len(comm.ranks))]
+            # counted with add (O(1) requests a rank); nobody needs to know who did not fail
+            tally = Tally(store, f"fail/{comm.key}/{step.seq}.{step.agreed}", len(comm.ranks))
+            self.written.extend(f"guard/{key}" for key in tally.keys[1:])
 
-            def publish_and_wait() -> bool:
-                store.set(keys[comm.group_rank], f"{type(exc).__name__}: {exc}")
-                return all(present(store, keys, AGREE_WINDOW))
+            def count_and_wait() -> bool:
+                tally.arrive(comm.group_rank, listed=False)
+                return tally.wait(AGREE_WINDOW, first=0.02)
 
-            if bounded(publish_and_wait, AGREE_WINDOW + 1.0):
+            if bounded(count_and_wait, AGREE_WINDOW + 1.0):
                 step.agreed += 1
                 return None
         me = comm.ranks[comm.group_rank]

@@ -67,11 +67,12 @@ class Tally:
     def complete(self) -> bool:
         return self.store.add(f"{self.prefix}/n", 0) >= self.size
 
-    def wait(self, seconds: float) -> bool:
+    def wait(self, seconds: float, first: float = _FIRST_POLL) -> bool:
         """Whether every member arrived within ``seconds``, reading the counter ever less often
-        (a store ``wait`` that times out prints torch's warnings: this is for short waits)."""
+        from ``first`` seconds on (a store ``wait`` that times out prints torch's warnings: this is
+        for short waits)."""
         deadline = time.monotonic() + seconds
-        pause = _FIRST_POLL
+        pause = first
         while not self.complete():
             left = deadline - time.monotonic()
             if left <= 0:

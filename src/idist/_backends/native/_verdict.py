@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -110,15 +109,6 @@ def bounded(fn: Callable[[], R], seconds: float) -> R | None:
     t.start()
     t.join(seconds)
     return out[0] if out else None
-
-
-def present(store: Store, keys: list[str], seconds: float) -> list[bool]:
-    """Which keys exist, once all do or ``seconds`` passed (polled: a store ``wait`` that times
-    out leaves its answer in flight, to be misread as the answer to the next request)."""
-    start = time.monotonic()
-    while not (everyone := store.check(keys)) and (waited := time.monotonic() - start) < seconds:
-        time.sleep(0.01 if waited < 1.0 else 0.1)
-    return [True] * len(keys) if everyone else [store.check([k]) for k in keys]
 
 
 def read(store: Store, key: str) -> str:
