@@ -96,6 +96,21 @@ def _reporter(store: Any, rank: int, world: int) -> Any:
     return lambda: guard.report(comm, verdict).missing
 
 
+def _agreer(store: Any, rank: int, world: int) -> Any:
+    """Rank ``rank``'s ``Guard.agree`` for the same bad input on every rank (each failed before
+    communicating): the call returns None when every rank of the world failed alike."""
+    from torch._C._distributed_c10d import PrefixStore
+
+    from idist._backends.native._guard import Guard
+    from idist._errors import CollectiveInputError
+
+    step = SimpleNamespace(seq=3, agreed=0)
+    comm: Any = SimpleNamespace(key="world", ranks=tuple(range(world)), group_rank=rank, lockstep=step)
+    guard = Guard(PrefixStore("bench/guard", store), TIMEOUT)
+    exc = CollectiveInputError(f"src={world} is outside 0..{world - 1}")
+    return lambda: guard.agree(comm, "broadcast", exc)
+
+
 class Driver:
     """Runs every simulated rank's heartbeat on one thread of this process, each once an interval,
     spread over it: the same code the heartbeat's own threads run (``tick``: the watcher's look,
@@ -205,12 +220,15 @@ def worker(conn: Any, ranks: list[int], world: int, nproc: int, port: int, limit
             out, took = _threads(calls, cap)
             wrong = sorted({repr(m)[:80] for m in out if m != (arg,)})[:3]
             conn.send((took, sum(1 for m in out if m == (arg,)), len(out), wrong))
+        elif step == "agree":
+            out, took = _threads([_agreer(clients[r], r, world) for r in ranks], cap)
+            conn.send((took, sum(1 for v in out if v is None), len(out)))
         else:
             conn.send("bye")
             return
 
 
-def measure(n: int, nproc: int, limit: float, window: float, cap: float) -> dict[str, Any]:
+def measure(n: int, nproc: int, limit: float, window: float, cap: float, procs: int) -> dict[str, Any]:
     from torch._C._distributed_c10d import TCPStore
 
     listen = socket.create_server(("127.0.0.1", 0), backlog=16384)  # as idist serves it: IPv4, one address
@@ -226,7 +244,7 @@ def measure(n: int, nproc: int, limit: float, window: float, cap: float) -> dict
         master_listen_fd=listen.detach(),
     )
     proxy = ProxyProcess(server.port)
-    procs = max(2, min(16, n // 128))
+    procs = max(min(2, -(-n // nproc)), min(procs, n // 128))
     nodes = -(-n // nproc)
     share = [list(range(w * nodes // procs * nproc, min(n, (w + 1) * nodes // procs * nproc))) for w in range(procs)]
     ctx = mp.get_context("spawn")
@@ -283,7 +301,17 @@ def measure(n: int, nproc: int, limit: float, window: float, cap: float) -> dict
         diagnosis = None if any(t is None for t in times) else round(max(times), 2)
         print(f"N={n}: diagnosis {diagnosis} s, {proxy.stats()['requests']} requests, "
               f"{right} of {total} ranks named exactly rank {n // 2} {wrong or ''}", flush=True)  # fmt: skip
-        row["_diagnosis"] = {"seconds": diagnosis, "requests": proxy.stats()["requests"], "right": right, "of": total}
+        got = proxy.stats()
+        row["_diagnosis"] = {"seconds": diagnosis, "requests": got["requests"], "keys": got["keys"], "right": right}
+        row["_diagnosis"]["of"] = total
+        proxy.reset()
+        agreed = ask("agree")
+        got = proxy.stats()
+        seconds = None if any(t is None for t, _, _ in agreed) else round(max(t for t, _, _ in agreed), 2)
+        kept = sum(k for _, k, _ in agreed)
+        print(f"N={n}: the same bad input everywhere agreed in {seconds} s, {got['requests']} requests, "
+              f"{got['keys']} keys; {kept} of {n} ranks kept the group", flush=True)  # fmt: skip
+        row["_agree"] = {"seconds": seconds, "requests": got["requests"], "keys": got["keys"], "kept": kept}
         ask("exit")
         return row
     finally:
@@ -299,13 +327,14 @@ def main() -> None:
     ap.add_argument("--limit", type=float, default=30.0, help="the liveness limit (idist's default: 30)")
     ap.add_argument("--window", type=float, default=10.0, help="seconds of steady state measured")
     ap.add_argument("--cap", type=float, default=180.0, help="seconds a phase may take before it is null")
+    ap.add_argument("--procs", type=int, default=16, help="at most this many worker processes")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     _raise_fd_limit()
-    rows = [measure(int(n), args.nproc, args.limit, args.window, args.cap) for n in args.ranks.split(",")]
-    extra = {"diagnosis": [{"N": r["N"], **r.pop("_diagnosis")} for r in rows]}
+    rows = [measure(int(n), args.nproc, args.limit, args.window, args.cap, args.procs) for n in args.ranks.split(",")]
+    extra = {k: [{"N": r["N"], **r.pop(f"_{k}")} for r in rows] for k in ("diagnosis", "agree")}
     if args.json is not None:
-        args.json.write_text(json.dumps({"results": rows}, indent=1) + "\n")
+        args.json.write_text(json.dumps({"results": rows, **extra}, indent=1) + "\n")
         print(f"wrote {args.json}; diagnosis: {json.dumps(extra)}")
 
 
