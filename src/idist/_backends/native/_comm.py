@@ -177,8 +177,7 @@ class NativeComm:
 
     def _finish_all(self, started: Work | tuple[Work, Work]) -> Lost | None:
         for work in started if isinstance(started, tuple) else (started,):
-            lost = self._finish(work)
-            if lost is not None:
+            if (lost := self._finish(work)) is not None:
                 return lost
         return None
 
@@ -193,8 +192,7 @@ class NativeComm:
             except RuntimeError:
                 if work.is_completed():  # it failed: the wait below raises the backend's error
                     break
-            lost = self.guard.lost(self.ranks)
-            if lost is not None:
+            if (lost := self.guard.lost(self.ranks)) is not None:
                 return lost
         work.wait()
         return None
@@ -207,9 +205,11 @@ class NativeComm:
             traceback.clear_frames(exc.__traceback__)  # their work objects hold the group's connections
         call = call if self.calling is None else f"{self.calling} (checked mode's comparison)"
         guard = self.guard
-        verdict = guard.judge(self, call, exc, lost, time.monotonic() - began)
+        # woken by a peer's failure: what liveness knows (a store cut off) needs no store call
+        known = lost if lost is not None or exc is None else guard.lost(self.ranks)
+        verdict = guard.judge(self, call, exc, known, time.monotonic() - began)
         self.release(verdict.reason, stuck=lost is not None)
-        if lost is None and verdict.fault is not Fault.BROKEN:
+        if known is None and verdict.fault is not Fault.BROKEN:
             verdict = guard.report(self, verdict)
         guard.broken = guard.broken or verdict.reason
         return verdict.error()
