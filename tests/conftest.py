@@ -33,6 +33,7 @@ SLOW_MODULES = {
     "test_package_types.py",
     "test_launchers_real.py",
     "test_native_groups.py",
+    "test_scale_job.py",
     "test_torchrun.py",
     "test_training_examples.py",
     "test_training_gloo.py",

@@ -29,6 +29,9 @@ from ._pg import GATHER, REDUCE_OPTIONS, BrokenPG, PGLike, gather_options, reduc
 from ._reaper import bury
 from ._verdict import Fault
 
+#: a wait's slices are a quarter of liveness's interval (a node's ranks, which share one view,
+#: all stop within one); the store is asked once an interval whether a peer failed (Guard.look)
+SLICES_PER_LOOK = 4
 #: a wait's first slice: after it, a peer that failed before communicating learns that this rank waits
 FIRST_LOOK = datetime.timedelta(seconds=0.1)
 
@@ -123,8 +126,7 @@ class NativeComm:
 
     def _finish_all(self, started: Work | tuple[Work, Work]) -> Lost | None:
         for work in started if isinstance(started, tuple) else (started,):
-            lost = self._finish(work)
-            if lost is not None:
+            if (lost := self._finish(work)) is not None:
                 return lost
         return None
 
@@ -138,6 +140,7 @@ class NativeComm:
             work.wait()
             return None
         wait = min(slice, FIRST_LOOK)
+        looks = 0
         while True:
             try:
                 work.wait(wait)
@@ -145,10 +148,11 @@ class NativeComm:
             except RuntimeError:
                 if work.is_completed():  # it failed: the wait below raises the backend's error
                     break
-            lost = self.guard.lost(self.ranks)
-            if lost is not None:
+            if (lost := self.guard.lost(self.ranks)) is not None:
                 return lost
-            self.guard.look(self)
+            if looks % SLICES_PER_LOOK == 0:  # the store once an interval; the watcher every slice
+                self.guard.look(self)
+            looks += 1
             wait = slice
         work.wait()
         return None
@@ -161,9 +165,11 @@ class NativeComm:
             traceback.clear_frames(exc.__traceback__)  # their work objects hold the group's connections
         call = self.calling or call
         guard = self.guard
-        verdict = guard.judge(self, call, exc, lost, time.monotonic() - began)
+        # woken by a peer's failure: what liveness knows (a store cut off) needs no store call
+        known = lost if lost is not None or exc is None else guard.lost(self.ranks)
+        verdict = guard.judge(self, call, exc, known, time.monotonic() - began)
         self.release(verdict.reason, stuck=lost is not None)
-        if lost is None and verdict.fault is not Fault.BROKEN:
+        if known is None and verdict.fault is not Fault.BROKEN:
             verdict = guard.report(self, verdict)
         guard.broken = guard.broken or verdict.reason
         return verdict.error()

@@ -20,6 +20,7 @@ from . import _adopt, _create, _ddp
 from ._comm import NativeComm
 from ._guard import describe, fingerprint
 from ._inflight import Unheld
+from ._keys import built, group_key
 
 #: dtypes gloo has no kernels for (torch 2.13): broadcast moves their bytes, all_reduce refuses them
 _GLOO_MISSING = frozenset({torch.int16, torch.uint16, torch.uint32, torch.uint64})
@@ -93,7 +94,7 @@ class NativeContext(DistContext[NativeComm]):
         if self.rank not in ranks:
             return None
         world = self._state.world
-        key = "g" + "-".join(map(str, ranks))
+        key = group_key(ranks)  # a fixed length, whatever the group's size
         grank = ranks.index(self.rank)
         if self._groups is not None:
             return NativeComm(self._groups(ranks, grank), ranks, grank, world.guard, key=key, inflight=Unheld())
@@ -102,7 +103,7 @@ class NativeContext(DistContext[NativeComm]):
                 f"subgroups on a {self.backend} context without a store are not supported; "
                 "create the group with torch.distributed.new_group and pass it as group="
             )
-        store = PrefixStore(f"idist/group/{'-'.join(map(str, ranks))}", self._store)
+        store = PrefixStore(f"{world.guard.namespace}/{key}", self._store)
         pg: Any
         if self.backend == "gloo" and self.bind_address is not None:
             opts = ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private in torch's stubs
@@ -113,6 +114,8 @@ class NativeContext(DistContext[NativeComm]):
             pg = ProcessGroupGloo(store, grank, len(ranks), self.pg_timeout)
         else:
             pg = dist.ProcessGroupNCCL(store, grank, len(ranks), dist.ProcessGroupNCCL.Options())
+        if self.backend == "gloo":
+            built(store, len(ranks))  # gloo's rendezvous keys: deleted once every member connected
         return NativeComm(pg, ranks, grank, world.guard, stage=world.stage, key=key, slice=world.slice)
 
     def _native_group_comm(self, group: object) -> NativeComm | None:

@@ -29,7 +29,8 @@ from ..._marks import Marks
 from . import _agreement
 from ._agreement import BROKEN_KEY
 from ._liveness import Heartbeat, Lost
-from ._verdict import Fault, Verdict, bounded, first_line, present, read
+from ._tally import Tally
+from ._verdict import Fault, Verdict, bounded, first_line, read
 
 if TYPE_CHECKING:
     from ._comm import NativeComm
@@ -106,7 +107,8 @@ class Guard:
     sections: list[datetime.timedelta] = attrs.Factory(list)
     #: why the group is broken (every call then raises at once); None while it is usable
     broken: str | None = None
-    #: the ranks on the node that serves the store (named when it stops answering)
+    #: the ranks on the node that serves the store, when known from the start (named when it
+    #: stops answering; else the heartbeat's finding)
     store_host_ranks: tuple[int, ...] = ()
     #: ranks per node, to name the nodes of missing ranks (0 for a one-node job: no node named)
     nproc_per_node: int = 0
@@ -122,6 +124,10 @@ class Guard:
     checked_wait: datetime.timedelta = attrs.Factory(lambda: datetime.timedelta(seconds=CHECKED_WAIT))
     #: how long a failing rank waits for its peers' stall reports (in one process: moments)
     stall_grace: float = STALL_GRACE
+    #: the context's namespace in the store (``_keys``): its subgroups' keys live there too
+    namespace: str = "idist"
+    #: the keys this guard wrote, relative to the namespace (deleted when the context closes)
+    written: list[str] = attrs.Factory(lambda: [f"guard/{BROKEN_KEY}"])
 
     @property
     def timeout(self) -> datetime.timedelta:
@@ -174,6 +180,7 @@ class Guard:
         store = self.store
         if store is not None:
             comms = [comm, *others]
+            self.written.extend(f"guard/{_agreement.fail_key(c)}" for c in comms)  # deleted at close
             limit = self.timeout.total_seconds() if comm.slice is not None else BLIND_WINDOW
             if _agreement.wait_for_peers(store, comms, limit, lambda: self.lost(comm.ranks)):
                 for c in comms:
@@ -225,30 +232,40 @@ class Guard:
         return attrs.evolve(base, fault=Fault.TIMEOUT if timed_out else Fault.LOST, backend=said)
 
     def report(self, comm: NativeComm, verdict: Verdict) -> Verdict:
-        """``verdict`` with the ranks that did not reach this collective: this rank records that it
-        arrived and waits briefly for the others' records (each bounded: the store may be gone)."""
+        """``verdict`` with the ranks that did not reach this collective: this rank counts itself
+        in (``Tally``: O(1) requests) and waits briefly for the count to complete; if it does not,
+        one rank reads who came and posts who did not. Each step bounded: the store may be gone."""
         store = self.store
         if store is None:
             return verdict
-        prefix = f"idist/stall/{comm.key}/"
-        seq = comm.lockstep.seq
-        keys = [f"{prefix}{seq}/{r}" for r in range(len(comm.ranks))]
+        seq, size = comm.lockstep.seq, len(comm.ranks)
+        # one list for the group; a rank counts in at its collective and as one behind and ahead:
+        # a peer there failed with the same fault (its part still in flight, or already done)
+        roll, near = f"stall/{comm.key}/who", tuple(str(s) for s in (seq - 1, seq, seq + 1))
+        tallies = {
+            s: Tally(store, f"stall/{comm.key}/{s}", size, roll, str(seq), near) for s in (seq - 1, seq, seq + 1)
+        }
+        self.written.extend(f"guard/{key}" for tally in tallies.values() for key in tally.keys)
         grace = min(self.stall_grace, self.timeout.total_seconds())
 
         def tell() -> bool:
-            # also as one collective behind and ahead: a peer there failed with the same fault
-            # (its part of the last collective still in flight when it came, or already done)
-            for s in (seq, seq - 1, seq + 1):
-                store.set(f"{prefix}{s}/{comm.group_rank}", "1")
+            tallies[seq].note(comm.group_rank)
+            for tally in tallies.values():
+                tally.arrive(comm.group_rank, listed=False)
             return True
 
-        told = bounded(tell, 1.0)
-        arrived = bounded(lambda: present(store, keys, grace), grace + 1.0) if told else None
-        if arrived is not None:
-            return attrs.evolve(verdict, missing=tuple(comm.ranks[r] for r, ok in enumerate(arrived) if not ok))
+        def absent() -> list[int]:
+            tally = tallies[seq]
+            return [] if tally.wait(grace) else tally.missing(2.0)
+
+        missing = bounded(absent, grace + 3.0) if bounded(tell, 2.0) else None
+        if missing is not None:
+            return attrs.evolve(verdict, missing=tuple(comm.ranks[r] for r in missing))
         me = comm.ranks[comm.group_rank]
-        gone = tuple(r for r in comm.ranks if r in self.store_host_ranks and r != me)
-        why = "the rendezvous store on node 0 did not answer: that node is lost or unreachable"
+        served = (self.liveness.store_ranks if self.liveness is not None else ()) or self.store_host_ranks
+        gone = tuple(r for r in comm.ranks if r in served and r != me)
+        at = f" at {self.liveness.where}" if self.liveness is not None and self.liveness.where else ""
+        why = f"the store{at} did not answer: its node is lost or unreachable"
         return attrs.evolve(verdict, missing=gone, why=why)
 
 
