@@ -29,6 +29,7 @@ SLOW_MODULES = {
     "test_launch_examples.py",
     "test_launch_parallel.py",
     "test_launch_spawn.py",
+    "test_launch_unix.py",
     "test_package_types.py",
     "test_launchers_real.py",
     "test_native_groups.py",

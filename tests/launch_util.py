@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -53,6 +54,13 @@ def wait_markers(marker: Path, n: int, timeout: float = 90.0) -> list[int]:
             return pids
         time.sleep(0.1)
     raise TimeoutError(f"ranks did not start within {timeout}s: {[f.name for f in files if not f.exists()]}")
+
+
+def default_sigint() -> None:
+    """A ``preexec_fn``: SIGINT at its default, as in a terminal's foreground job. A shell without job
+    control starts its background jobs with SIGINT ignored, and a process keeps it ignored (Python
+    too): a test that sends SIGINT must not depend on how the test command itself was started."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -1,6 +1,8 @@
 """Spawn N ranks that write their pids to MARKER.<local_rank> and sleep (Ctrl-C / kill tests).
 
-Usage: python spawn_sleepers.py MARKER N
+Usage: python spawn_sleepers.py MARKER N [plain|stubborn|children]
+  stubborn: the ranks carry on through SIGTERM; children: each also starts a background ``sleep``
+  (its pid in MARKER.<local_rank>.child)
 """
 
 from __future__ import annotations
@@ -14,4 +16,5 @@ import idist
 from launch_fns import sleeper
 
 if __name__ == "__main__":
-    idist.spawn(sleeper, args=(sys.argv[1],), nprocs=int(sys.argv[2]))
+    how = sys.argv[3] if len(sys.argv) > 3 else "plain"
+    idist.spawn(sleeper, args=(sys.argv[1], 600.0, how), nprocs=int(sys.argv[2]))

@@ -120,14 +120,13 @@ class NativeComm:
     busy: int = 0
     calling: str | None = None  # the user's call its collectives serve now, when named otherwise (checked mode)
 
-    def _mark(self, what: str) -> None:
-        """Count this backend call; with stall marks on, note it where the launcher can read it."""
+    def _mark(self, what: str | None) -> None:
+        """Count this backend call; with stall marks on, note it (None: that it returned) for the launcher."""
         step = self.lockstep
-        step.seq += 1
+        step.seq += 0 if what is None else 1
         marks = self.guard.marks
         if marks is not None:
-            group = "world" if self.key == "world" else str(list(self.ranks))
-            marks.write(step.seq, what.encode(), group.encode()[:40])
+            marks.write(step.seq, what, self.key, self.ranks)
 
     def _wait(self, work: Callable[[], Work | tuple[Work, Work]], what: str, *tensors: torch.Tensor) -> None:
         self._mark(what)
@@ -149,6 +148,7 @@ class NativeComm:
         if not done:
             del work  # it reaches the group, whose connections the failure closes
             raise self._failed(what, failure, lost, began) from failure
+        self._mark(None)
 
     def _run(self, start: Callable[[list[torch.Tensor], Any], Work], t: torch.Tensor, opts: object, what: str) -> None:
         """``_wait`` for the one-tensor calls, without its closures (the hot path)."""
@@ -174,6 +174,7 @@ class NativeComm:
         if not done:
             del start  # a bound method of the group, whose connections the failure closes
             raise self._failed(what, failure, lost, began) from failure
+        self._mark(None)
 
     def _finish_all(self, started: Work | tuple[Work, Work]) -> Lost | None:
         for work in started if isinstance(started, tuple) else (started,):
@@ -294,7 +295,6 @@ class NativeComm:
         if stage is not None and t.device == stage and t.is_contiguous():
             run(t)
             return
-        work = t.to(stage) if stage is not None else t
-        work = work.contiguous()
+        work = (t.to(stage) if stage is not None else t).contiguous()
         run(work)
         t.copy_(work)

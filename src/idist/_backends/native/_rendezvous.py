@@ -54,14 +54,12 @@ def tcp_store(addr: str, port: int, info: LaunchInfo, host: bool, timeout: datet
         _wait_for_server(addr, port, min(timeout.total_seconds(), SERVER_WAIT))
         return TCPStore(addr, port, world, False, timeout=timeout)
     try:
-        listen = socket.create_server((_netif.store_address(addr), port))
+        local = _netif.store_address(addr)
+        listen = _netif.listen(local, port)
     except _netif.NetifError as e:
         raise LaunchEnvironmentError(str(e)) from e
     except OSError as e:
-        raise LaunchEnvironmentError(
-            f"cannot serve the rendezvous store on {addr}:{port} ({e.strerror or e}): another job may use this "
-            "master port; give each job its own (or pass none: a free one is picked on one node)"
-        ) from e
+        raise LaunchEnvironmentError(_netif.listen_error(local, port, e)) from e
     return TCPStore(
         addr,
         listen.getsockname()[1],
