@@ -220,6 +220,8 @@ def create(
         # Under torchrun the agent already serves the store on MASTER_PORT: every rank is a client.
         agent_store = info.launcher == "torchrun" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
         store = _rendezvous.tcp_store(addr, port, info, info.topology.rank == 0 and not agent_store, td)
+        if agent_store:  # the agent's store outlives a restart: each attempt keeps its keys apart (as torch does)
+            store = PrefixStore(f"/worker/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
         if world > 1 and not agent_store:
             _rendezvous.join(store, info, td, f"{addr}:{port}")
     with _rendezvous.gloo_interface(bind):
