@@ -176,3 +176,16 @@ def test_a_node_that_arrives_later_joins_at_the_next_restart(
     assert "a node joins (this does not count as a restart)" in agents.log("node0")
     assert attempts(tmp_path) == ["attempt0-world2-from0", "attempt0-world4-from2"]  # the restart count stays 0
     same_model(tmp_path, reference)
+
+
+def test_torchrun_restarts_an_idist_script_in_its_agents_store(
+    tmp_path: Path, reference: dict[str, torch.Tensor]
+) -> None:
+    """torchrun's agent keeps its store across restarts: the restarted ranks must not read the first
+    attempt's keys (they waited for ever for peers that had left)."""
+    args = ["--standalone", "--nproc_per_node", "2", "--max-restarts", "1", "--monitor-interval", "0.2"]
+    args += [TRAIN, str(tmp_path), "--crash-step", "7", "--crash-rank", "1"]
+    proc = run_py(["-m", "torch.distributed.run", *args], env=clean_env(TMPDIR=str(tmp_path)), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert attempts(tmp_path) == ["attempt0-world2-from0", "attempt1-world2-from6"]
+    same_model(tmp_path, reference)

@@ -51,8 +51,10 @@ def node_range(text: str) -> tuple[int, int]:
         raise LaunchConfigError(f"--nnodes takes N or MIN:MAX (whole numbers), got {text!r}") from None
     if len(parts) > 2:
         raise LaunchConfigError(f"--nnodes takes N or MIN:MAX, got {text!r}")
+    if low < 1 and len(parts) == 1:
+        raise LaunchConfigError(f"--nnodes must be at least 1, got {text}")
     if low < 1:
-        raise LaunchConfigError(f"--nnodes {text}: the minimum number of nodes must be at least 1")
+        raise LaunchConfigError(f"--nnodes {text}: MIN must be at least 1 (the job goes on with MIN to MAX nodes)")
     if low > high:
         raise LaunchConfigError(f"--nnodes {text}: MIN ({low}) is more than MAX ({high}); pass MIN:MAX with MIN <= MAX")
     return low, high
