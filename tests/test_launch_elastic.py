@@ -119,6 +119,7 @@ def wait_for(path: Path, n: int, timeout: float = 90.0) -> list[int]:
 def test_a_rank_that_raises_once_costs_one_restart_and_the_model_is_the_same(
     tmp_path: Path, reference: dict[str, torch.Tensor]
 ) -> None:
+    """DDP on one node: the same 2 ranks resume from step 6 (FSDP, and another world size: the lost node)."""
     args = ["-n", "2", "--max-restarts", "1", *FAST, TRAIN, str(tmp_path), "--crash-step", "7", "--crash-rank", "1"]
     proc = run_py(["-m", "idist", "run", *args], env=clean_env(TMPDIR=str(tmp_path)), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -142,12 +143,14 @@ def test_a_restart_budget_that_runs_out_exits_non_zero_listing_every_cause(tmp_p
 def test_a_lost_node_costs_one_restart_and_the_rest_finish_with_the_same_model(
     tmp_path: Path, agents: Agents, reference: dict[str, torch.Tensor]
 ) -> None:
-    """2 nodes x 2 ranks; node 1 (agent and ranks) is killed at step 5: node 0 goes on with 2 ranks."""
+    """2 nodes x 2 ranks under FSDP; node 1 (agent and ranks) is killed at step 5: node 0 goes on with 2 ranks,
+    resharding the checkpoint saved on 4."""
     port = free_port()
     common = ["-n", "2", "--nnodes", "1:2", "--master-addr", "127.0.0.1", "--master-port", str(port), *FAST]
-    node0 = agents.start([*common, "--max-restarts", "1", TRAIN, str(tmp_path), "--stall-step", "5"], "node0")
+    job = [TRAIN, str(tmp_path), "--stall-step", "5", "--strategy", "fsdp"]
+    node0 = agents.start([*common, "--max-restarts", "1", *job], "node0")
     listening(port)
-    node1 = agents.start([*common, TRAIN, str(tmp_path), "--stall-step", "5"], "node1", IDIST_TEST_VICTIM="1")
+    node1 = agents.start([*common, *job], "node1", IDIST_TEST_VICTIM="1")
     ranks = wait_for(tmp_path, 2)
     os.killpg(node1.pid, signal.SIGKILL)
     for pid in ranks:  # the node's ranks (torch's agent starts each in its own session)
