@@ -145,3 +145,19 @@ def test_a_position_cannot_be_restored_through_a_foreign_sampler() -> None:
             assert loader.state_dict() == {"epoch": 2, "samples": 0, "global_batch": G}
             with pytest.raises(TrainingSetupError, match="sampler"):
                 loader.load_state_dict({"epoch": 2, "samples": G, "global_batch": G})
+
+
+def test_a_pass_left_early_is_not_a_position() -> None:
+    """A look at one batch, or a loop left by ``break``, changes nothing (the next pass repeats the epoch),
+    so the state is the start of that epoch; inside a loop it is the loop's position."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with idist.context("serial") as ctx:
+            loader = make(ctx)
+            next(iter(loader))
+            assert loader.state_dict() == {"epoch": 0, "samples": 0, "global_batch": G}
+            for k, _ in enumerate(loader):
+                assert loader.state_dict() == {"epoch": 0, "samples": (k + 1) * G, "global_batch": G}
+                if k == 2:
+                    break
+            assert loader.state_dict() == {"epoch": 0, "samples": 0, "global_batch": G}

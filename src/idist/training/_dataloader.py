@@ -12,6 +12,7 @@ same steps: a rank the last step leaves without a sample gets an empty batch the
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Mapping, Sized
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -66,7 +67,8 @@ class AutoDataLoader(DataLoader[T_co]):
         self._feed: Feed | None = None
         #: idist's sampler under torch's BatchSampler: the one order whose position a state can hold
         self._sharded: _ShardedBase | None = None
-        self._pass: Pass | None = None
+        #: the last pass begun, while its iterator lives (a pass left early is forgotten with it)
+        self._pass: weakref.ref[Pass] | None = None
         if isinstance(batches, BatchSampler) and isinstance(sharded, _ShardedBase):
             self._steps = Steps(sharded, batches.batch_size, bool(sharded._empty_pads))
             self._feed, self._sharded = sharded._feed, sharded
@@ -87,7 +89,8 @@ class AutoDataLoader(DataLoader[T_co]):
     def state_dict(self) -> LoaderState:
         """``{"epoch", "samples", "global_batch"}``: the pass under way (else the next one) and the
         global samples it yielded; the same on every rank, whatever the world size."""
-        return position(self._clock, self._pass, self._sharded, self.global_batch_size)
+        current = self._pass() if self._pass is not None else None
+        return position(self._clock, current, self._sharded, self.global_batch_size)
 
     def load_state_dict(self, state: Mapping[str, object], /) -> None:
         """Continue from ``state`` (any world size): the next pass yields the rest of its epoch's global
@@ -111,8 +114,9 @@ class AutoDataLoader(DataLoader[T_co]):
         start = getattr(self.batch_sampler, "start_iteration", None)  # ignite's ReproducibleBatchSampler resumes
         if not isinstance(start, int):
             start = self._sharded.start // self._steps.global_batch if self._sharded and self._steps else 0
-        self._pass = Pass(self._clock, start, self._steps, self._feed)
-        return self._pass
+        begun = Pass(self._clock, start, self._steps, self._feed)
+        self._pass = weakref.ref(begun)
+        return begun
 
 
 def _samplers(loader: DataLoader[Any]) -> list[object]:

@@ -116,7 +116,7 @@ class Steps:
 class Pass:
     """One pass over a loader: its epoch, the next step, and where each batch's weight goes."""
 
-    __slots__ = ("clock", "done", "epoch", "feed", "step", "steps")
+    __slots__ = ("__weakref__", "clock", "done", "epoch", "feed", "step", "steps")
 
     def __init__(self, clock: EpochClock | None, start: int, steps: Steps | None, feed: Feed | None) -> None:
         self.clock = clock
@@ -195,7 +195,10 @@ def position(
     clock: EpochClock | None, current: Pass | None, sharded: _ShardedBase | None, unit: int | None
 ) -> LoaderState:
     """A loader's resumable state: the epoch of the pass under way (else the next one's), the global
-    samples that pass has yielded (``unit`` a step), and the global batch they were counted in."""
+    samples that pass has yielded (``unit`` a step), and the global batch they were counted in.
+
+    ``current`` is None once its iterator is gone: a pass left early changes nothing.
+    """
     if current is not None and not current.done and current.clock is not None:
         epoch, samples = current.epoch, current.step * (unit or 0)
         if sharded is not None:
