@@ -57,7 +57,7 @@ def main() -> None:
         restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         if ctx.rank == 0:
             print(f"attempt {restart}: {ctx.world_size} ranks, from step {step}, loader at {loader.state_dict()}")
-        while loader.state_dict()["epoch"] < a.epochs:  # type: ignore[operator]
+        while loader.state_dict()["epoch"] < a.epochs:
             total, steps = torch.zeros(()), 0
             for xb, yb in loader:
                 optimizer.zero_grad()

@@ -52,7 +52,7 @@ def main() -> None:
         step = int(state["step"])  # type: ignore[call-overload]
         if ctx.rank == 0:
             (a.out / f"attempt{attempt}-world{ctx.world_size}-from{step}").touch()
-        while loader.state_dict()["epoch"] < EPOCHS:  # type: ignore[operator]
+        while loader.state_dict()["epoch"] < EPOCHS:
             for xb, yb in loader:
                 opt.zero_grad()
                 nn.functional.mse_loss(model(xb), yb).backward()

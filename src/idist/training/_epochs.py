@@ -12,7 +12,7 @@ and which batches hold only repeated samples (emptied unless ``even_batches=True
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol, TypeAlias, TypeVar, cast, final
+from typing import TYPE_CHECKING, Protocol, TypedDict, TypeVar, cast, final
 
 import torch
 
@@ -188,7 +188,15 @@ def warn_tail(sampler: _ShardedBase, b: int | None, drop_last: bool, even_batche
     )
 
 
-LoaderState: TypeAlias = dict[str, "int | None"]
+class LoaderState(TypedDict):
+    """An ``AutoDataLoader``'s ``state_dict()``."""
+
+    #: the epoch of the pass under way, else of the next pass
+    epoch: int
+    #: global samples that pass has yielded (steps x global batch)
+    samples: int
+    #: the global batch they were counted in (None: no automatic batching, or a custom batch_sampler)
+    global_batch: int | None
 
 
 def position(
