@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerSpec, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
-from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
 from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousParameters
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 
@@ -121,9 +121,10 @@ def run_agent(p: ElasticPlan, command: list[str], logs: str, last_call: float, m
     except RendezvousError as exc:
         _say(f"error: the rendezvous at {p.endpoint} failed: {exc}")
         return 1
-    except BaseException as exc:
-        shutdown = type(exc).__name__ != "SignalException"  # torch: a signalled agent leaves the rendezvous open
-        raise
+    except SignalException as exc:  # torch's agent stopped its ranks; it leaves the rendezvous open for the rest
+        shutdown = False
+        _say(f"stopped by {exc.sigval.name}")
+        return 128 + int(exc.sigval)
     finally:
         if shutdown:
             spec.rdzv_handler.shutdown()
