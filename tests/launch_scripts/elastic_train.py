@@ -4,7 +4,8 @@
 [--stall-step K [--stall-below W]]``: resumes from OUT/ckpt when it exists; on the first attempt
 (every one with --crash-always) rank R raises at step K; the ranks launched with IDIST_TEST_VICTIM=1
 (or all of them while the world is smaller than W) stall at step K, each writing its pid to
-OUT/stalled-rankN, until the test kills them or a node joins. Rank 0 writes the final
+OUT/stalled-rankN, until the test kills them or a node joins; with --hold-below W a run that starts
+at step 0 on fewer than W ranks waits at step 1 for the agent to restart it with a joining node. Rank 0 writes the final
 parameters to OUT/final.pt, and an empty file per attempt naming its world size and first step.
 """
 
@@ -33,6 +34,7 @@ def main() -> None:
     p.add_argument("--crash-always", action="store_true")
     p.add_argument("--stall-step", type=int, default=-1)
     p.add_argument("--stall-below", type=int, default=0)
+    p.add_argument("--hold-below", type=int, default=0)
     a = p.parse_args()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     ctx = idist.initialize()
@@ -58,15 +60,17 @@ def main() -> None:
                 nn.functional.mse_loss(model(xb), yb).backward()
                 opt.step()
                 step += 1
+                victim = attempt == 0 and os.environ.get("IDIST_TEST_VICTIM") == "1"
+                if step == a.stall_step and (victim or ctx.world_size < a.stall_below):  # before this step's save
+                    (a.out / f"stalled-rank{ctx.rank}").write_text(str(os.getpid()))
+                    time.sleep(600)  # until the test kills this node, or the agent restarts for a joining one
+                if step == 1 and ctx.world_size < a.hold_below:
+                    time.sleep(600)  # a fresh start waits at its first step until the agent restarts it for a node
                 if step % SAVE_EVERY == 0:
                     state["step"] = step
                     ctx.save_checkpoint(a.out / "ckpt", state)
                 if (attempt == 0 or a.crash_always) and step == a.crash_step and ctx.rank == a.crash_rank:
                     raise RuntimeError(f"injected failure at step {step}")
-                victim = attempt == 0 and os.environ.get("IDIST_TEST_VICTIM") == "1"
-                if step == a.stall_step and (victim or ctx.world_size < a.stall_below):
-                    (a.out / f"stalled-rank{ctx.rank}").write_text(str(os.getpid()))
-                    time.sleep(600)  # until the test kills this node, or the agent restarts for a joining one
         full = {k: v.detach().clone() for k, v in model.state_dict().items()} if a.strategy == "ddp" else None
         if a.strategy != "ddp":
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
