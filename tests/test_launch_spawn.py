@@ -17,7 +17,7 @@ import pytest
 import idist
 import launch_fns
 from idist.launch import LaunchConfigError, LaunchError, reserve_port
-from launch_util import SCRIPTS, alive, clean_env, default_sigint, wait_gone, wait_markers
+from launch_util import SCRIPTS, alive, clean_env, default_sigint, marker_pids, wait_gone, wait_markers
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -164,6 +164,21 @@ def test_ctrl_c_in_the_parent_stops_every_rank(tmp_path: Path) -> None:
         assert parent.returncode in (130, -signal.SIGINT), err
         assert "KeyboardInterrupt" in err
         assert wait_gone(pids, timeout=1.0) == []
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_a_ctrl_c_as_a_rank_starts_stops_that_rank_too(tmp_path: Path) -> None:
+    """A Ctrl-C the moment a rank's process has started, before spawn has noted it, must still stop
+    it: multiprocessing's exit hook would otherwise wait for it (600 s here) after the parent gave up."""
+    marker = tmp_path / "pid"
+    parent = _sleepers(marker, "ctrl-c-at-start")
+    try:
+        _, err = parent.communicate(timeout=60)
+        assert parent.returncode in (130, -signal.SIGINT) and "KeyboardInterrupt" in err, err[-3000:]
+        started = marker_pids(tmp_path / "pid.started", 2)
+        assert len(started) == 2 and wait_gone(started, timeout=1.0) == []
     finally:
         parent.kill()
         parent.wait()

@@ -21,7 +21,7 @@ from ._child import ChildSpec, child_main
 from ._handle import SpawnHandle
 from ._plan import LaunchPlan, check_start_method, checked_args
 from ._ports import LOOPBACK, PortReservation, reserve_port
-from ._stopping import Rank
+from ._stopping import Held, Rank
 
 R = TypeVar("R")
 
@@ -142,24 +142,29 @@ def start(
             )
             reader, writer = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=child_main, args=(spec, writer), daemon=daemon, name=f"idist-rank-{rank}")
-            try:
-                proc.start()
-            except Exception as e:
-                reader.close()
-                writer.close()
-                hint = (
-                    "with start_method='spawn', fn and args must be picklable: fn a module-level function "
-                    "(not a lambda, closure or a function defined in `python -c`)"
-                    if start_method != "fork"
-                    else "see the error above"
-                )
-                raise LaunchError(f"could not start rank {rank}: {type(e).__name__}: {e}; {hint}") from e
-            writer.close()  # the child holds the only write end: EOF means it is gone
-            ranks.append(Rank(local, rank, proc, reader))
-            handle.watch(proc.pid)
+            with Held():  # a Ctrl-C here waits until the rank is in ``ranks``, which the clean-up stops
+                try:
+                    proc.start()
+                except Exception as e:
+                    reader.close()
+                    writer.close()
+                    why = f"{type(e).__name__}: {e}; {_hint(start_method)}"
+                    raise LaunchError(f"could not start rank {rank}: {why}") from e
+                writer.close()  # the child holds the only write end: EOF means it is gone
+                ranks.append(Rank(local, rank, proc, reader))
+                handle.watch(proc.pid)
         if join:
             handle.join()
     except BaseException:
         handle._stop()
         raise
     return handle
+
+
+def _hint(start_method: str) -> str:
+    if start_method == "fork":
+        return "see the error above"
+    return (
+        "with start_method='spawn', fn and args must be picklable: fn a module-level function "
+        "(not a lambda, closure or a function defined in `python -c`)"
+    )

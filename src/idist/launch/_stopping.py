@@ -4,7 +4,8 @@ Each rank leads a session of its own (``_child``), so ``stop`` signals every pro
 sessions, and the rank itself directly until it has made its session. Ranks stay unreaped until
 then (``Rank.poll`` looks without reaping): a rank's pid is its session's id, and a reaped pid
 may be reused. A Ctrl-C while ``stop`` waits out the grace sends SIGKILL at once
-(``Escalating``) instead of cutting the stop short and leaving the ranks to finish by themselves.
+(``Escalating``) instead of cutting the stop short and leaving the ranks to finish by themselves;
+one while a rank starts waits until the rank is known (``Held``).
 """
 
 from __future__ import annotations
@@ -56,13 +57,12 @@ class Rank:
         return self.exitcode
 
 
-class Escalating:
-    """For the block: a Ctrl-C sets ``hurry`` instead of raising (in the main thread, with Python's
-    default handler in place); one that came is raised after the block, unless an exception is
-    on its way already (the first Ctrl-C, being handled)."""
+class _TakesCtrlC:
+    """For the block, SIGINT goes to ``_on_int`` instead of raising ``KeyboardInterrupt`` (in the
+    main thread, with Python's default handler in place); one that came is raised after the block,
+    unless an exception is on its way already."""
 
-    def __init__(self, hurry: threading.Event) -> None:
-        self.hurry = hurry
+    def __init__(self) -> None:
         self.came = False
         self.active = (
             threading.current_thread() is threading.main_thread()
@@ -71,7 +71,6 @@ class Escalating:
 
     def _on_int(self, signum: int, frame: FrameType | None) -> None:
         self.came = True
-        self.hurry.set()
 
     def __enter__(self) -> None:
         if self.active:
@@ -83,6 +82,30 @@ class Escalating:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if self.came and et is None and sys.exc_info()[1] is None:
             raise KeyboardInterrupt
+
+
+class Escalating(_TakesCtrlC):
+    """For a stop: a Ctrl-C sets ``hurry`` (SIGKILL now) instead of cutting the stop short."""
+
+    def __init__(self, hurry: threading.Event) -> None:
+        super().__init__()
+        self.hurry = hurry
+
+    def _on_int(self, signum: int, frame: FrameType | None) -> None:
+        self.came = True
+        self.hurry.set()
+
+
+class Held(_TakesCtrlC):
+    """For a rank's start: a Ctrl-C waits until the new process is known to its handle (raised
+    inside ``Process.start``, or just after it, it would leave a rank running that nobody stops,
+    and multiprocessing's exit hook would wait for it); a second one raises at once, so that a
+    start that hangs stays interruptible."""
+
+    def _on_int(self, signum: int, frame: FrameType | None) -> None:
+        if self.came:
+            raise KeyboardInterrupt
+        self.came = True
 
 
 def _signal(r: Rank, sig: int) -> None:
