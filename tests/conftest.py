@@ -26,6 +26,7 @@ SLOW_MODULES = {
     "test_failures.py",
     "test_ignite_compat.py",
     "test_launch_cli.py",
+    "test_launch_elastic.py",
     "test_launch_examples.py",
     "test_launch_parallel.py",
     "test_launch_spawn.py",

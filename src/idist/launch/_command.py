@@ -19,6 +19,8 @@ import torch
 
 from .. import _netif
 from .._backends.native._liveness import limit_from
+from .._errors import LaunchConfigError
+from . import _elastic
 from ._hvd_cli import run_horovodrun
 from ._plan import MAX_LOCAL_RANKS, MAX_WORLD_SIZE, LaunchPlan
 from ._scripts import run_script
@@ -48,7 +50,12 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         allow_abbrev=False,
     )
     run.add_argument("-n", "--nproc-per-node", "--nprocs", dest="nproc", type=int, default=1, help="ranks per node")
-    run.add_argument("--nnodes", type=int, default=1, help="number of nodes (default 1)")
+    run.add_argument(
+        "--nnodes",
+        default="1",
+        metavar="N|MIN:MAX",
+        help="number of nodes (default 1); MIN:MAX runs an elastic job that goes on with MIN to MAX nodes",
+    )
     run.add_argument("--node-rank", type=int, default=0, help="this node's rank, 0..nnodes-1")
     run.add_argument("--master-addr", default=None, help="rendezvous address (default: loopback)")
     run.add_argument("--master-port", type=int, default=None, help="rendezvous port (default: a free one, 1 node)")
@@ -77,9 +84,43 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         help="debug rank R: it reads stdin (instead of rank 0), stops at breakpoint() (the others skip theirs) "
         "and opens pdb on an uncaught exception",
     )
+    run.add_argument(
+        "--max-restarts",
+        type=int,
+        default=None,
+        metavar="K",
+        help="elastic: restart the script up to K times after a rank fails or a node is lost (default 0)",
+    )
+    run.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="elastic: --master-addr:--master-port")
     run.add_argument("-m", "--module", action="store_true", help="run the target as a module (python -m)")
     run.add_argument("script", help="the script (or module with -m) to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+
+
+def _check_elastic(a: argparse.Namespace) -> _elastic.ElasticPlan | None:
+    """The elastic launch ``--nnodes MIN:MAX`` / ``--max-restarts`` / ``--rdzv-endpoint`` ask for, else None
+    (``a.nnodes`` becomes the number of nodes, MAX for an elastic job)."""
+    try:
+        low, high = _elastic.node_range(str(a.nnodes))
+        a.nnodes, fixed = high, ":" not in str(a.nnodes)
+        if a.rdzv_endpoint is not None:
+            if a.master_addr is not None or a.master_port is not None:
+                raise UsageError("pass --rdzv-endpoint or --master-addr/--master-port, not both")
+            a.master_addr, a.master_port = _elastic.endpoint_of(a.rdzv_endpoint)
+        if fixed and a.max_restarts is None and a.rdzv_endpoint is None:
+            return None
+        if a.backend == "horovod":
+            raise UsageError(
+                "--backend horovod cannot run an elastic job (--nnodes MIN:MAX, --max-restarts, --rdzv-endpoint): "
+                "horovodrun has its own (horovodrun --min-np); use --backend gloo or nccl"
+            )
+        if a.pdb_rank is not None:
+            raise UsageError("--pdb-rank debugs one rank of a fixed job: drop --nnodes MIN:MAX / --max-restarts")
+        if a.node_rank != 0:
+            raise UsageError("an elastic job numbers its nodes itself at each rendezvous: drop --node-rank")
+        return _elastic.plan((low, high), a.nproc, a.max_restarts, a.master_addr, a.master_port, a.rdzv_timeout)
+    except LaunchConfigError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _check_sizes(a: argparse.Namespace) -> None:
@@ -126,7 +167,7 @@ def _check_address(a: argparse.Namespace) -> None:
     if not addr:
         raise UsageError("--master-addr is empty")
     try:
-        if a.node_rank == 0:
+        if a.node_rank == 0 and not a.elastic:  # an elastic job's host is the node that owns the address
             _netif.store_address(addr)
         else:
             _netif.route_to(addr)
@@ -161,6 +202,7 @@ def _check_backend(a: argparse.Namespace) -> None:
 
 def check(a: argparse.Namespace) -> dict[str, str]:
     """Check every flag (``UsageError`` for the first that cannot work); the ranks' variables."""
+    a.elastic = _check_elastic(a)
     _check_sizes(a)
     _check_backend(a)
     env = _check_times(a)
@@ -180,6 +222,8 @@ def run(a: argparse.Namespace) -> int:
     target = ["-m", a.script] if a.module else [a.script]
     if a.backend == "horovod":
         return _run_horovod(a, target)
+    if a.elastic is not None:
+        return _elastic.run(a.elastic, [*target, *a.args], env)
     plan = LaunchPlan(
         nproc_per_node=a.nproc,
         nnodes=a.nnodes,

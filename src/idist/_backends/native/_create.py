@@ -186,12 +186,11 @@ def create(
 ) -> C:
     """Initialize the default torch.distributed group for ``name`` and wrap it.
 
-    Topology comes from the arguments, else from the launcher's environment, else it is
-    a world of one on loopback with a free port. ``liveness`` is the seconds of silence after
-    which a peer is lost (default ``IDIST_LIVENESS``, else 30; 0 turns it off). Raises
-    ``BackendUnavailableError``, ``LaunchEnvironmentError`` (partial arguments or environment)
-    or ``AlreadyInitializedError`` (torch.distributed already initialized: use
-    ``idist.current()`` to adopt it instead).
+    Topology comes from the arguments, else from the launcher's environment, else it is a world
+    of one on loopback with a free port. ``liveness`` is the seconds of silence after which a peer
+    is lost (default ``IDIST_LIVENESS``, else 30; 0 turns it off). Raises ``BackendUnavailableError``,
+    ``LaunchEnvironmentError`` (partial arguments or environment) or ``AlreadyInitializedError``
+    (torch.distributed already initialized: use ``idist.current()`` to adopt it instead).
     """
     if unknown:
         raise TypeError(f"unknown options for backend {name!r}: {', '.join(sorted(unknown))}")
@@ -233,10 +232,12 @@ def create(
         # Under torchrun the agent already serves the store on MASTER_PORT: every rank is a client.
         agent_store = info.launcher == "torchrun" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
         store = _rendezvous.tcp_store(addr, port, info, info.topology.rank == 0 and not agent_store, td)
-        if not agent_store:
+        if agent_store:  # the agent's store outlives a restart: each attempt keeps its keys apart (as torch does)
+            store = PrefixStore(f"/worker/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+        else:
             store_node = 0  # rank 0 serves it
-        if world > 1 and not agent_store:
-            _rendezvous.join(store, info, td, f"{addr}:{port}")
+            if world > 1:
+                _rendezvous.join(store, info, td, f"{addr}:{port}")
     with _rendezvous.gloo_interface(bind):
         dist.init_process_group(
             name, init_method=init_method, store=store, rank=info.topology.rank, world_size=world, timeout=td
