@@ -229,7 +229,8 @@ def test_agreeing_on_a_failure_costs_o_n_keys(store: Any, absent: int | None) ->
 
     def agree(r: int) -> Verdict | None:
         step = SimpleNamespace(seq=5, agreed=0)
-        comm: Any = SimpleNamespace(key="world", ranks=tuple(range(world)), group_rank=r, lockstep=step)
+        # slice=None: a group whose waits cannot look (nccl): an absent rank costs the blind window
+        comm: Any = SimpleNamespace(key="world", ranks=tuple(range(world)), group_rank=r, lockstep=step, slice=None)
         return Guard(clients[r], TIMEOUT).agree(comm, "broadcast", exc)
 
     ranks = [r for r in range(world) if r != absent]

@@ -22,6 +22,10 @@ from ._liveness import Lost
 if TYPE_CHECKING:
     from ._comm import NativeComm
 
+#: the first read of the counts, and the most between two (each wait three times the last: a
+#: handful of requests a rank in the blind window, four a second in a long wait)
+_FIRST_POLL, _MAX_POLL = 0.02, 0.25
+
 #: the key where the first rank that broke the group says why
 BROKEN_KEY = "idist/broken"
 
@@ -46,7 +50,7 @@ def wait_for_peers(store: Store, comms: Sequence[NativeComm], limit: float, lost
 
     def poll() -> None:
         counts = [store.add(k, 1) for k in keys]
-        pause = 0.002
+        pause = _FIRST_POLL
         last_look = time.monotonic()
         while not stop.is_set():
             if any(c > n for c, n in zip(counts, sizes, strict=True)):
@@ -61,7 +65,7 @@ def wait_for_peers(store: Store, comms: Sequence[NativeComm], limit: float, lost
                     outcome.append(False)
                     return
             stop.wait(pause)
-            pause = min(2 * pause, 0.1)
+            pause = min(3 * pause, _MAX_POLL)
             counts = [store.add(k, 0) for k in keys]
 
     thread = threading.Thread(target=_quietly(poll), daemon=True, name="idist-guard-agree")

@@ -14,13 +14,15 @@ import contextlib
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Store
 
 from ... import _netif
+from ._pulse import read1
+from ._tally import _Appends
 from ._verdict import bounded
 
 #: gloo connects lazily under this variable, reading the rendezvous keys later
@@ -66,16 +68,20 @@ class _Beat(Protocol):
 
 def farewell(store: Store, ns: str, world_size: int, written: Sequence[str], beat: _Beat | None) -> None:
     """Called by every rank as its context closes: the last to close deletes the keys the guard
-    ``written`` and the heartbeat ``beat`` wrote (names under ``ns``) and the counter itself.
+    ``written`` and the heartbeat ``beat`` wrote (names under ``ns``; every rank lists what its
+    guard wrote, which covers groups the last rank is not in) and the counter itself.
     Nothing after a loss (that namespace is never reused); each step bounded (the store may be gone)."""
     if beat is not None and not beat.clean:
         return
     keys = [*written, *(f"live/{k}" for k in (beat.keys if beat is not None else ()))]
 
     def last() -> None:
+        # a rank names what it wrote for groups that the last to close may not be in (one request)
+        cast(_Appends, store).append(f"{ns}/written", "".join(f"{k}\n" for k in written))
         if store.add(f"{ns}/closed", 1) != world_size:
             return
-        for key in (*keys, "closed"):
+        listed = (read1(store, f"{ns}/written") or b"").decode().splitlines()
+        for key in (*dict.fromkeys([*keys, *listed]), "written", "closed"):
             with contextlib.suppress(RuntimeError):
                 store.delete_key(f"{ns}/{key}")
 
