@@ -107,15 +107,18 @@ def test_steady_state_costs_at_most_one_request_and_two_keys_per_rank_per_second
     try:
         time.sleep(1.5)  # every monitor and speaker settled
         proxy.reset()
+        start = time.monotonic()
         time.sleep(3.0)
         got = proxy.stats()
+        seconds = time.monotonic() - start  # a loaded machine sleeps longer: count per second seen
     finally:
         for beat in beats:
             beat.stop()
-    per_rank = {k: got[k] / world / 3.0 for k in ("requests", "keys")}
+    per_rank = {k: got[k] / world / seconds for k in ("requests", "keys")}
     assert per_rank["requests"] <= 1.0 and per_rank["keys"] <= 2.0, got
     assert got["requests"] > 0, got  # the nodes do beat: (4 - 1) beats + 2 for the monitor's read, a second
-    assert nproc * per_rank["requests"] <= 1.5, got
+    # 1.25 a node a second, with room for a round that lands in the window early (before: 12)
+    assert nproc * per_rank["requests"] <= 2.0, got
 
 
 def test_a_lost_node_a_lost_rank_and_a_lost_speaker_are_named_within_the_limit(store: Any) -> None:
