@@ -173,8 +173,8 @@ def fold_values(op: str, values: Sequence[object]) -> object:
         [v for v in values if isinstance(v, (int, float))] if only is not None else [as_python(kind, v) for v in values]
     )
     result = numbers[0] if len(numbers) == 1 else reduce(_FOLDS[op], numbers)
-    if op == "AVERAGE":  # of ints too: the exact sum, divided once
-        return result / len(values)
+    if op == "AVERAGE":  # of ints too: the exact sum, divided once (x / 1 would quiet a signalling NaN)
+        return result / len(values) if len(values) > 1 else float(result)
     if kind == "bool":
         result = bool(result)
     elif kind == "int" and not INT64_MIN <= result <= INT64_MAX:

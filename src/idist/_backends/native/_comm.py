@@ -246,12 +246,12 @@ class NativeComm:
         # _direct, inlined: the hot path
         if self.stage is None and t.is_contiguous() and not (t.is_conj() or t.is_neg()):
             self._run(self.pg.allreduce, t, opts, "all_reduce")
-            if divisor:
+            if divisor > 1:  # x / 1 is x, but would quiet a signalling NaN that serial keeps
                 divide(t, divisor)
             return
         work = self._stage(t)
         self._run(self.pg.allreduce, work, opts, "all_reduce")
-        if divisor:
+        if divisor > 1:
             work.div_(divisor)
         write(t, work)
 
