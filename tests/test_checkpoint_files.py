@@ -23,7 +23,7 @@ from torch import nn
 
 import idist
 from idist import CheckpointNotFoundError, CheckpointPathError
-from idist.checkpoint import _dcp, _publish
+from idist.checkpoint import _dcp, _publish, _replaceable
 
 NONCE = re.compile(r"^\.ck\.idist-(tmp|lock)-[0-9a-f]{32}$")
 
@@ -216,3 +216,25 @@ def test_threads_saving_one_path_at_once_all_succeed(tmp_path: Path, monkeypatch
         seed = idist.load_checkpoint(tmp_path / "ck", {"model": fresh})["seed"]
         assert torch.equal(fresh.weight, torch.full((2, 3), float(seed)))  # one save's, whole
         assert _settled(tmp_path) == ["ck"]
+
+
+def test_a_checkpoint_published_while_a_save_checks_its_path_is_never_called_a_file(tmp_path: Path) -> None:
+    """A save checks what is at its path while another save publishes there (a checkpoint renamed
+    away, another renamed in): it sees a checkpoint or nothing, never a file or foreign entries."""
+    ck, aside = tmp_path / "ck", tmp_path / "aside"
+    idist.save_checkpoint(ck, {"model": nn.Linear(3, 2)})
+    stop = threading.Event()
+
+    def publish() -> None:
+        while not stop.is_set():
+            os.rename(ck, aside)
+            os.rename(aside, ck)
+
+    flipper = threading.Thread(target=publish)
+    flipper.start()
+    try:
+        for _ in range(3000):
+            _replaceable.check(ck)
+    finally:
+        stop.set()
+        flipper.join(10)

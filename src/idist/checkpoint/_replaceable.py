@@ -9,7 +9,9 @@ script) raise ``CheckpointPathError`` before anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -30,10 +32,6 @@ def _scripts() -> list[Path]:
     main = sys.modules.get("__main__")
     candidates = (getattr(main, "__file__", None), sys.argv[0] if sys.argv else "")
     return [_real(c) for c in candidates if isinstance(c, str) and c and os.path.isfile(c)]
-
-
-def _plain_file(path: Path) -> bool:
-    return path.is_file() and not path.is_symlink()
 
 
 def _names(entries: list[str]) -> str:
@@ -60,14 +58,20 @@ def check(path: Path) -> None:
         raise CheckpointPathError(
             f"{path} holds the running script {script}: a save replaces its folder whole; save into a folder of its own"
         )
-    if path.is_symlink():
-        raise CheckpointPathError(f"{path} is a symbolic link, which a save would replace: save to its target")
-    if not path.exists():
+    # one lstat, then one listing: another save may publish at ``path`` between two looks (a
+    # checkpoint renamed away is gone, not a file)
+    try:
+        mode = os.lstat(path).st_mode
+        with os.scandir(path) if stat.S_ISDIR(mode) else contextlib.nullcontext(()) as found:
+            plain = {e.name: e.is_file(follow_symlinks=False) for e in found}  # types from the listing
+    except FileNotFoundError:
         return
-    if not path.is_dir():
+    if stat.S_ISLNK(mode):
+        raise CheckpointPathError(f"{path} is a symbolic link, which a save would replace: save to its target")
+    if not stat.S_ISDIR(mode):
         raise CheckpointPathError(f"{path} is a file, not a checkpoint folder: {_WAY_OUT}")
-    entries = os.listdir(path)
-    foreign = [e for e in entries if not _files.is_checkpoint_file(e) or not _plain_file(path / e)]
+    entries = list(plain)
+    foreign = [e for e in entries if not _files.is_checkpoint_file(e) or not plain[e]]
     if foreign:
         raise CheckpointPathError(
             f"{path} is not a checkpoint: it holds {len(foreign)} entries no checkpoint holds "
