@@ -1,4 +1,4 @@
-"""How the suite runs on pytest-xdist workers (``bash scripts/test.sh`` uses ``-n 3 --dist loadgroup``).
+"""How the suite runs on pytest-xdist workers (``bash scripts/test.sh`` uses ``-n 2 --dist loadgroup``).
 
 - Each worker gets its own temporary folder (``TMPDIR`` and ``tempfile.tempdir``, under
   pytest's base folder), so what one worker's processes leave or look for never meets

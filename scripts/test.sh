@@ -5,7 +5,7 @@
 #   bash scripts/test.sh --quick          ruff, mypy and the tests not marked slow (< 1 min):
 #                                         no system launchers, docs build, package check or lanes
 #   bash scripts/test.sh [--quick] ARGS   ARGS go to pytest (paths, -k, -x, ...)
-# pytest runs twice: the tests on IDIST_TEST_WORKERS xdist workers (default 3; 0 runs them in
+# pytest runs twice: the tests on IDIST_TEST_WORKERS xdist workers (default 2; 0 runs them in
 # one process), then the tests marked `timed` (they bound a time in seconds) alone, serially.
 # The lanes run side by side when memory allows (IDIST_LANES_SERIAL=1 runs them one by one).
 # Each stage prints its wall time, and a summary of them all comes last, also on failure.
@@ -75,7 +75,7 @@ fi
 
 # pytest exit status 5 is "collected nothing": a pass may collect nothing (`-k all_gather` selects
 # no timed test), but the command fails when both do.
-workers=${IDIST_TEST_WORKERS:-3}
+workers=${IDIST_TEST_WORKERS:-2}
 if [ "$quick" = 1 ]; then scope="not slow"; what="tests + properties, not slow"; else scope=""; what="tests + properties"; fi
 pytest_pass() {  # $1: the marker expression; the rest: pytest options
   local expr=$1
