@@ -6,8 +6,9 @@
 - A module-scoped (or session-scoped) fixture of the suite's own starts its processes once
   per worker that uses it, so the tests that share one stay on one worker (an
   ``xdist_group`` per module, per property runner); the rest spread one test at a time.
-- Tests marked ``timed`` (``tests/conftest.py``) bound a time in seconds: ``scripts/test.sh``
-  runs them afterwards in a pass of their own, alone and serially.
+- Tests marked ``timed`` (``tests/conftest.py``) bound a time in seconds: they form one group,
+  run one after another on one worker, so at most one other test (on the other worker) runs
+  beside each of them and the timed tests never load each other.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ def _group(item: pytest.Item) -> str | None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("xdist_group") is None and (group := _group(item)) is not None:
+        if item.get_closest_marker("timed") is not None:
+            item.add_marker(pytest.mark.xdist_group("timed"))
+        elif item.get_closest_marker("xdist_group") is None and (group := _group(item)) is not None:
             item.add_marker(pytest.mark.xdist_group(group))
 
 

@@ -5,8 +5,8 @@
 #   bash scripts/test.sh --quick          ruff, mypy and the tests not marked slow (< 1 min):
 #                                         no system launchers, docs build, package check or lanes
 #   bash scripts/test.sh [--quick] ARGS   ARGS go to pytest (paths, -k, -x, ...)
-# pytest runs twice: the tests on IDIST_TEST_WORKERS xdist workers (default 2; 0 runs them in
-# one process), then the tests marked `timed` (they bound a time in seconds) alone, serially.
+# pytest runs on IDIST_TEST_WORKERS xdist workers (default 2; 0 runs it in one process); the tests
+# marked `timed` (they bound a time in seconds) run one after another on one worker.
 # The lanes run side by side when memory allows (IDIST_LANES_SERIAL=1 runs them one by one).
 # Each stage prints its wall time, and a summary of them all comes last, also on failure.
 set -euo pipefail
@@ -73,30 +73,23 @@ if [ "$quick" = 0 ]; then
   [ "$rc" -eq 0 ] || exit "$rc"
 fi
 
-# pytest exit status 5 is "collected nothing": a pass may collect nothing (`-k all_gather` selects
-# no timed test), but the command fails when both do.
 workers=${IDIST_TEST_WORKERS:-2}
-if [ "$quick" = 1 ]; then scope="not slow"; what="tests + properties, not slow"; else scope=""; what="tests + properties"; fi
-pytest_pass() {  # $1: the marker expression; the rest: pytest options
-  local expr=$1
-  shift
-  set +e
-  "$PY" -m pytest -q -m "$expr" "$@" ${args[@]+"${args[@]}"}
-  rc=$?
-  set -e
-  [ "$rc" -eq 0 ] || [ "$rc" -eq 5 ] || exit "$rc"
-  collected=$((collected + (rc == 0)))
-}
-collected=0
-stage "pytest ($what; $workers workers)"
 if [ "$workers" = 0 ]; then xdist=(-p no:xdist); else xdist=(-n "$workers" --dist loadgroup); fi
-pytest_pass "${scope:+$scope and }not timed" "${xdist[@]}"
-stage "pytest ($what; timed, serially)"
-pytest_pass "${scope:+$scope and }timed" -p no:xdist
-if [ "$collected" -eq 0 ]; then
+if [ "$quick" = 1 ]; then
+  stage "pytest (tests + properties, not slow; $workers workers)"
+  args=(-m "not slow" ${args[@]+"${args[@]}"})
+else
+  stage "pytest (tests + properties; $workers workers)"
+fi
+set +e
+"$PY" -m pytest -q "${xdist[@]}" ${args[@]+"${args[@]}"}
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: failing" >&2
   exit 1
 fi
+[ "$rc" -eq 0 ] || exit "$rc"
 if [ "$quick" = 1 ]; then
   end_stage
   echo "== quick tier green (the full run adds the slow tests, the package check and the lanes)"

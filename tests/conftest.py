@@ -68,9 +68,9 @@ SLOW_TESTS = (
 )
 
 # The `timed` marker: tests that assert a bound in seconds (a failure within a limit, a limit
-# really waited out). `bash scripts/test.sh` runs them after the rest, alone and serially, so
-# that the other tests' load (xdist workers) never eats their margin. Whole modules, and
-# prefixes of "module.py::test_name" as for SLOW_TESTS.
+# really waited out). On xdist they form one group (the root conftest.py): one worker runs them
+# one after another, so they never load each other and at most one other test runs beside
+# them. Whole modules, and prefixes of "module.py::test_name" as for SLOW_TESTS.
 TIMED_MODULES = {
     "test_failures.py",
     "test_liveness.py",
