@@ -65,6 +65,7 @@ SLOW_TESTS = (
     "test_liveness.py::test_a_frozen_peer_is_lost_within_the_limit_not_the_collective_timeout",
     "test_liveness.py::test_liveness_zero_turns_it_off",
     "test_liveness.py::test_a_rank_blocked_in_torchs_own_collective_ends_when_a_peer_is_lost",
+    "test_suite_harness.py::test_ranks_see_the_callers_environment_and_folder_at_the_call",
 )
 
 # The `timed` marker: tests that assert a bound in seconds (a failure within a limit, a limit
