@@ -38,6 +38,11 @@ def _group(item: pytest.Item) -> str | None:
     return None
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist registers it too; the lanes' venvs may run without xdist
+    config.addinivalue_line("markers", "xdist_group(name): tests that run on one xdist worker")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
