@@ -28,13 +28,14 @@ def _group(item: pytest.Item) -> str | None:
     if info is None:
         return None
     callspec = getattr(item, "callspec", None)
-    for name, defs in info.name2fixturedefs.items():
-        fixturedef = defs[-1]
-        if fixturedef.scope not in _SHARED_SCOPES or not fixturedef.baseid:
-            continue  # function-scoped, or one of pytest's own (tmp_path_factory, ...)
+    shared = [d[-1] for d in info.name2fixturedefs.values() if d[-1].scope in _SHARED_SCOPES and d[-1].baseid]
+    # (function-scoped fixtures and pytest's own, such as tmp_path_factory, start nothing)
+    if any(d.scope == "module" for d in shared):
+        return item.nodeid.split("::", 1)[0]  # the module's fixtures, every parametrization, one worker
+    for fixturedef in shared:
+        name = fixturedef.argname
         param = callspec.params.get(name) if callspec is not None and fixturedef.params else None
-        where = item.nodeid.split("::", 1)[0] if fixturedef.scope == "module" else fixturedef.baseid
-        return f"{where}::{name}" + (f"[{getattr(param, 'label', param)}]" if param is not None else "")
+        return f"{fixturedef.baseid}::{name}" + (f"[{getattr(param, 'label', param)}]" if param is not None else "")
     return None
 
 
