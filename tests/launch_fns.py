@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -77,10 +78,28 @@ def fail_on(local_rank: int, bad_rank: int, how: str, marker: str | None = None)
     return "unreachable"
 
 
-def sleeper(local_rank: int, marker: str, seconds: float = 600.0) -> None:
-    """Write this rank's pid to ``marker.<local_rank>`` and sleep."""
+def sleeper(local_rank: int, marker: str, seconds: float = 600.0, how: str = "plain") -> None:
+    """Write this rank's pid to ``marker.<local_rank>`` and sleep. ``how="stubborn"``: carry on
+    through SIGTERM; ``"children"``: start a background ``sleep`` first (``marker.<local_rank>.child``)."""
+    if how == "stubborn":
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    if how == "children":
+        child = subprocess.Popen(["sleep", "600"])
+        Path(f"{marker}.{local_rank}.child").write_text(str(child.pid))
     Path(f"{marker}.{local_rank}").write_text(str(os.getpid()))
     time.sleep(seconds)
+
+
+def with_child(local_rank: int, marker: str, fail_rank: int) -> int:
+    """Start a background ``sleep`` (its pid in ``marker.<local_rank>.child``) and return, or raise
+    on ``fail_rank`` (after the other rank has started its child)."""
+    child = subprocess.Popen(["sleep", "600"])
+    Path(f"{marker}.{local_rank}.child").write_text(str(child.pid))
+    if local_rank == fail_rank:
+        while not all(Path(f"{marker}.{r}.child").exists() for r in range(2)):
+            time.sleep(0.01)
+        raise ValueError(f"rank {local_rank} fails with a child running")
+    return local_rank
 
 
 def add(local_rank: int, x: int) -> int:

@@ -56,6 +56,13 @@ def wait_markers(marker: Path, n: int, timeout: float = 90.0) -> list[int]:
     raise TimeoutError(f"ranks did not start within {timeout}s: {[f.name for f in files if not f.exists()]}")
 
 
+def default_sigint() -> None:
+    """A ``preexec_fn``: SIGINT at its default, as in a terminal's foreground job. A shell without job
+    control starts its background jobs with SIGINT ignored, and a process keeps it ignored (Python
+    too): a test that sends SIGINT must not depend on how the test command itself was started."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """This environment without launcher variables, plus ``extra``."""
     drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")

@@ -38,3 +38,26 @@ def broadcast_rows(ctx: idist.DistContext) -> dict[str, Any]:
     out["bcast_str"] = ctx.broadcast("ünïcode✓" * 5000 if rank == 0 else None)
     out["bcast_int"] = ctx.broadcast(2**63 - 1 if rank == 0 else None)
     return out
+
+
+_STORES: dict[int, Any] = {}
+
+
+def fresh_context(rank: int, world_size: int, case: str, *, checked: bool = False, timeout: float = 30.0) -> Any:
+    """A gloo context of its own for ``case`` over the launch's store (``MASTER_PORT``; rank 0
+    serves it), so that one launch of real processes serves several cases, also those that
+    break their group. Close it when the case is done."""
+    import os
+    from datetime import timedelta
+
+    from torch.distributed import PrefixStore, TCPStore
+
+    from idist import NativeContext
+
+    port = int(os.environ["MASTER_PORT"])
+    store = _STORES.get(port)
+    if store is None:
+        store = _STORES[port] = TCPStore(
+            "127.0.0.1", port, world_size, is_master=rank == 0, timeout=timedelta(seconds=60)
+        )
+    return NativeContext.in_process(PrefixStore(case, store), rank, world_size, timeout=timeout, checked=checked)

@@ -38,7 +38,7 @@ def _bad_inputs(rank: int) -> dict[str, Any]:
         out["unpicklable_on_one_rank"] = _catch(lambda: ctx.all_gather(lock if rank == 1 else "fine"))
         out["overflow"] = _catch(lambda: ctx.all_reduce(2**62, "SUM"))
         out["input_outside_int64"] = _catch(lambda: ctx.all_reduce(2**70 if rank == 1 else 1))
-        out["mixed_types"] = _catch(lambda: ctx.all_reduce(1 if rank == 0 else 1.0))
+        out["mixed_types"] = _catch(lambda: ctx.all_reduce(True if rank == 0 else 1))  # a bool mixes with nothing
         out["unsupported_reduce_type"] = _catch(lambda: ctx.all_reduce("text" if rank == 0 else 1))  # type: ignore[call-overload]
         out["bcast_unpicklable_src"] = _catch(lambda: ctx.broadcast(lock if rank == 0 else None))
         out["still_works"] = ctx.all_reduce(rank + 1)

@@ -165,3 +165,30 @@ def test_the_checked_place_check_names_the_first_ranks_at_each_place() -> None:
     assert len(set(messages)) == 1
     listed = ", ".join(map(str, range(1, 9)))
     assert f"(rank 0 at epoch 0 step 0; ranks {listed} and 1 more at epoch 1 step 0)" in messages[0]
+
+
+class _Unpicklable:
+    """A value whose pickling fails with a 10 MB message."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("cannot pickle: " + "y" * BIG + " (the end)")
+
+
+def test_a_collectives_ten_megabyte_error_reaches_every_rank_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value error's text is cut before the error frame is agreed on (#33): no rank gathers it whole."""
+    sizes = _gathered(monkeypatch)
+
+    def fn(ctx: idist.DistContext) -> tuple[str, str]:
+        try:
+            ctx.all_gather(_Unpicklable() if ctx.rank == 1 else 1.0)
+        except idist.IdistError as exc:
+            return type(exc).__name__, str(exc)
+        return "ok", ""
+
+    outcomes = simulate(2, fn)
+    assert len(set(outcomes)) == 1, "every rank raises the same error"
+    name, message = outcomes[0]
+    assert name == "UnsupportedValueError" and "does not pickle" in message
+    assert "(the end)" in message and "bytes left out" in message
+    assert len(message.encode()) < REPORT_LIMIT
+    assert sizes and max(sizes) < GATHER_LIMIT

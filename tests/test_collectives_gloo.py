@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import enum
 import math
-from pathlib import Path
+import struct
+import threading
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 import pytest
@@ -11,7 +14,7 @@ import torch
 
 import idist
 from multiproc import run_ranks
-from semantics_cases import broadcast_rows, gather_rows
+from semantics_cases import broadcast_rows, fresh_context, gather_rows
 
 
 def _rows(rank: int) -> dict[str, Any]:
@@ -124,3 +127,256 @@ def sum_left(values: Any) -> float:
     for v in values:
         acc = v if acc is None else acc + v
     return float(acc)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ issue 33
+# One launch of 2 real gloo ranks runs every case below, each in a context of its own
+# (semantics_cases.fresh_context); each test then checks one row of what came back.
+class Color(enum.IntEnum):
+    RED = 1
+
+
+class Mode(enum.StrEnum):
+    FAST = "fast"
+
+
+class Perm(enum.IntFlag):
+    R = 4
+    W = 2
+
+
+class Bomb:
+    """Pickles fine; unpickling it raises (on every rank alike)."""
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return (_explode, ())
+
+
+def _explode() -> None:
+    raise RuntimeError("this payload refuses to unpickle")
+
+
+def _outcome(fn: Any) -> tuple[str, Any]:
+    try:
+        value = fn()
+    except idist.IdistError as exc:
+        return ("err", type(exc).__name__, str(exc))  # type: ignore[return-value]
+    except Exception as exc:  # a raw torch or Python error is a bug here: report it as such
+        return ("raw", f"{type(exc).__name__}: {exc}")
+    return ("ok", value)
+
+
+def _nan(payload: int) -> float:
+    return float(struct.unpack("<d", struct.pack("<Q", 0x7FF8000000000000 | payload))[0])
+
+
+def _bits(x: float) -> str:
+    return struct.pack("<d", x).hex()
+
+
+def _issue_cases(rank: int) -> dict[str, Any]:
+    import numpy as np
+
+    out: dict[str, Any] = {}
+
+    def case(name: str) -> Any:
+        return fresh_context(rank, 2, name)
+
+    # 3: broadcast into parameters and inference tensors, small (inline) and large
+    ctx = case("params")
+    for n in (3, 40_000):
+        p = torch.nn.Parameter(torch.full((n,), float(rank + 1)))
+        got = _outcome(lambda p=p: ctx.broadcast(p, 0))
+        out[f"bcast_param_{n}"] = (got[0], got[1] is p if got[0] == "ok" else got, p.detach().unique().tolist(),
+                                   p.requires_grad, p.grad_fn is None)  # fmt: skip
+        with torch.inference_mode():
+            it = torch.full((n,), float(rank + 1))
+        got = _outcome(lambda it=it: ctx.broadcast(it, 0))
+        out[f"bcast_inference_{n}"] = (got[0], it.unique().tolist())
+    # 4: AVERAGE of a parameter, contiguous and strided, and of an inference tensor
+    for shape in ((3,), (300, 200)):
+        p = torch.nn.Parameter(torch.full(shape, float(rank + 1)))
+        target = p if len(shape) == 1 else p.t()
+        got = _outcome(lambda t=target: ctx.all_reduce(t, "AVERAGE"))
+        out[f"avg_param_{len(shape)}"] = (got[0], p.detach().unique().tolist(), p.requires_grad)
+    with torch.inference_mode():
+        it = torch.full((3,), float(rank + 1))
+    out["avg_inference"] = (_outcome(lambda: ctx.all_reduce(it, "AVERAGE"))[0], it.unique().tolist())
+    out["params_after"] = _outcome(lambda: ctx.all_gather(rank))
+    ctx.close()
+
+    # 6: types survive transit
+    ctx = case("types")
+    values: dict[str, Any] = {
+        "intenum": Color.RED, "strenum": Mode.FAST, "intflag": Perm.R | Perm.W, "bytearray": bytearray(b"\x00ab"),
+        "purewindows": PureWindowsPath("C:\\data\\x"), "pureposix": PurePosixPath("/a/b"), "path": Path("/tmp/x"),
+        "np_float64": np.float64(0.1), "np_int64": np.int64(7), "bool": True, "bytes": b"ab",
+    }  # fmt: skip
+    for name, v in values.items():
+        b, g = ctx.broadcast(v if rank == 0 else None, 0), ctx.all_gather(v)
+        out[f"type_{name}"] = (type(b).__name__, b == v, [type(x).__name__ for x in g], all(x == v for x in g))
+    out["type_memoryview"] = _outcome(lambda: ctx.broadcast(memoryview(b"ab") if rank == 0 else None, 0))[:2]
+    out["type_memoryview_gather"] = _outcome(lambda: ctx.all_gather(memoryview(b"ab") if rank == 1 else b"ab"))[:2]
+    out["types_after"] = _outcome(lambda: ctx.all_gather(rank))
+    ctx.close()
+
+    # 7: broadcast of a large tensor the source cannot write
+    ctx = case("unwritable")
+    src = torch.arange(300 * 200, dtype=torch.float32).reshape(300, 200)
+    param = torch.nn.Parameter(src.clone())
+    for name, mine in (("expanded", torch.ones(1).expand(40_000)), ("param_t", param.t())):
+        placeholder = torch.zeros(mine.shape) if rank == 1 else mine
+        got = _outcome(lambda m=placeholder: ctx.broadcast(m, 0))
+        out[f"unwritable_{name}"] = (got[0], got[1].tolist() == mine.tolist() if got[0] == "ok" else got)
+    recv = torch.zeros(1).expand(40_000)  # a receiver's placeholder that cannot be written either
+    got = _outcome(lambda: ctx.broadcast(torch.ones(40_000) if rank == 0 else recv, 0))
+    out["unwritable_receiver"] = (got[0], float(got[1].sum()) if got[0] == "ok" else got, float(recv.sum()))
+    out["unwritable_reduce"] = _outcome(lambda: ctx.all_reduce(torch.ones(1).expand(4)))[:2]
+    out["unwritable_after"] = _outcome(lambda: ctx.all_gather(rank))
+    ctx.close()
+
+    # 8: conjugated complex tensors
+    ctx = case("conj")
+    for dtype in (torch.complex64, torch.complex128):
+        base = torch.full((4,), complex(rank + 1, rank + 2), dtype=dtype)
+        view = base.conj()
+        got = _outcome(lambda v=view: ctx.all_reduce(v))
+        out[f"conj_{dtype}"] = (got[0], got[1] is view if got[0] == "ok" else got, view.tolist())
+    out["conj_gather"] = _outcome(lambda: [t.tolist() for t in ctx.all_gather(torch.tensor([1 + 2j]).conj())])
+    out["conj_after"] = _outcome(lambda: ctx.all_gather(rank))
+    ctx.close()
+
+    # 9: NaN payloads: every mode of the number sum (pair, float, gather on 2 ranks)
+    ctx = case("nan")
+    out["nan_bits"] = [_bits(ctx.all_reduce(_nan(1 + rank) if step != 1 else 0.5 * (rank + 1))) for step in range(4)]
+    ctx.close()
+
+    # 10: a payload that fails to unpickle
+    ctx = case("unpickle")
+    out["unpickle_bcast"] = _outcome(lambda: ctx.broadcast(Bomb() if rank == 0 else None, 0))[:2]
+    out["unpickle_gather"] = _outcome(lambda: ctx.all_gather(Bomb() if rank == 1 else "fine"))[:2]
+    out["unpicklable_src1"] = _outcome(lambda: ctx.broadcast(threading.Lock() if rank == 1 else None, 1))
+    out["unpickle_value"] = _outcome(lambda: ctx.all_gather(idist.CollectiveInputError("a value, not an error")))
+    out["unpickle_after"] = _outcome(lambda: ctx.all_gather(rank))
+    ctx.close()
+
+    # 11: numpy scalars, and ints mixed with floats (issue 35, item 4)
+    ctx = case("numpy")
+    for name, v in {
+        "i64": np.int64(rank + 3), "f32": np.float32(0.5 + rank), "f64": np.float64(0.1 * (rank + 1)),
+        "bool_or": np.bool_(rank == 1), "i32_max": np.int32(2**31 - 1),
+    }.items():  # fmt: skip
+        got = _outcome(lambda v=v, name=name: ctx.all_reduce(v, "OR" if name == "bool_or" else "SUM"))
+        out[f"np_{name}"] = (got[0], type(got[1]).__name__, got[1].item() if hasattr(got[1], "item") else got[1])
+    out["np_mixed"] = _outcome(lambda: ctx.all_reduce(np.int64(2) if rank == 0 else 3))
+    for i in range(3):  # the pair, then the gather, then the pair again
+        got = _outcome(lambda: ctx.all_reduce(0 if rank == 0 else 1.5))
+        out[f"int_float_{i}"] = (got[0], type(got[1]).__name__, got[1])
+    out["int_float_avg"] = _outcome(lambda: ctx.all_reduce(1 if rank == 0 else 2.0, "AVERAGE"))
+    out["int_avg"] = _outcome(lambda: ctx.all_reduce(rank, "AVERAGE"))
+    out["numpy_after"] = _outcome(lambda: ctx.all_gather(rank))
+    ctx.close()
+
+    # 12: scratch memory and the agreed slot after an outsized call
+    ctx = case("scratch")
+    comm = ctx._state.world
+    ctx.all_gather(b"x" * 40_000_000)
+    ctx.broadcast(b"y" * 40_000_000 if rank == 0 else None, 0)
+    ctx.all_gather(rank)
+    out["scratch_bytes"] = sum(b.numel() for b in comm.scratch.values())
+    out["scratch_slot"] = comm.lockstep.slot
+    ctx.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def issue_rows() -> list[dict[str, Any]]:
+    return run_ranks(_issue_cases, 2, timeout=180)  # type: ignore[no-any-return]
+
+
+def test_broadcast_fills_parameters_and_inference_tensors(issue_rows: list[dict[str, Any]]) -> None:
+    for rank, r in enumerate(issue_rows):
+        for n in (3, 40_000):
+            assert r[f"bcast_param_{n}"] == ("ok", True, [1.0], True, True), (rank, n, r[f"bcast_param_{n}"])
+            assert r[f"bcast_inference_{n}"] == ("ok", [1.0]), (rank, n, r[f"bcast_inference_{n}"])
+
+
+def test_average_of_a_parameter_is_the_mean_in_place(issue_rows: list[dict[str, Any]]) -> None:
+    for r in issue_rows:
+        assert r["avg_param_1"] == ("ok", [1.5], True), r["avg_param_1"]
+        assert r["avg_param_2"] == ("ok", [1.5], True), r["avg_param_2"]
+        assert r["avg_inference"] == ("ok", [1.5]), r["avg_inference"]
+        assert r["params_after"] == ("ok", [0, 1]), r["params_after"]
+
+
+def test_types_survive_broadcast_and_all_gather(issue_rows: list[dict[str, Any]]) -> None:
+    expected = {
+        "intenum": "Color", "strenum": "Mode", "intflag": "Perm", "bytearray": "bytearray",
+        "purewindows": "PureWindowsPath", "pureposix": "PurePosixPath", "path": "PosixPath",
+        "np_float64": "float64", "np_int64": "int64", "bool": "bool", "bytes": "bytes",
+    }  # fmt: skip
+    for r in issue_rows:
+        for name, cls in expected.items():
+            assert r[f"type_{name}"] == (cls, True, [cls, cls], True), (name, r[f"type_{name}"])
+        # a memoryview cannot come back as one: refused on every rank, the group usable
+        assert r["type_memoryview"] == ("err", "UnsupportedValueError"), r["type_memoryview"]
+        assert r["type_memoryview_gather"] == ("err", "UnsupportedValueError"), r["type_memoryview_gather"]
+        assert r["types_after"] == ("ok", [0, 1]), r["types_after"]
+
+
+def test_broadcast_never_writes_into_the_source_tensor(issue_rows: list[dict[str, Any]]) -> None:
+    for rank, r in enumerate(issue_rows):
+        assert r["unwritable_expanded"] == ("ok", True), (rank, r["unwritable_expanded"])
+        assert r["unwritable_param_t"] == ("ok", True), (rank, r["unwritable_param_t"])
+        # a receiver whose tensor cannot be written gets a new one
+        assert r["unwritable_receiver"] == ("ok", 40_000.0, 0.0), r["unwritable_receiver"]
+        assert r["unwritable_reduce"] == ("err", "UnsupportedValueError"), r["unwritable_reduce"]
+        assert r["unwritable_after"] == ("ok", [0, 1]), r["unwritable_after"]
+
+
+def test_all_reduce_of_a_conjugated_view(issue_rows: list[dict[str, Any]]) -> None:
+    for r in issue_rows:
+        for dtype in (torch.complex64, torch.complex128):
+            # the view's values are conj(base): (1-2j) and (2-3j) summed
+            assert r[f"conj_{dtype}"] == ("ok", True, [3 - 5j] * 4), (dtype, r[f"conj_{dtype}"])
+        assert r["conj_gather"] == ("ok", [[1 - 2j]] * 2), r["conj_gather"]
+        assert r["conj_after"] == ("ok", [0, 1]), r["conj_after"]
+
+
+def test_nan_payloads_are_the_rank_order_folds_bits_on_every_rank(issue_rows: list[dict[str, Any]]) -> None:
+    fold = _bits(_nan(1) + _nan(2))  # what Python's left fold in rank order gives
+    assert issue_rows[0]["nan_bits"] == issue_rows[1]["nan_bits"]
+    assert issue_rows[0]["nan_bits"] == [fold, _bits(0.5 + 1.0), fold, fold]
+
+
+def test_a_payload_that_does_not_unpickle_raises_on_every_rank(issue_rows: list[dict[str, Any]]) -> None:
+    for r in issue_rows:
+        assert r["unpickle_bcast"] == ("err", "UnsupportedValueError"), r["unpickle_bcast"]
+        assert r["unpickle_gather"] == ("err", "UnsupportedValueError"), r["unpickle_gather"]
+        got = r["unpicklable_src1"]  # the error names src, whatever its place in the group
+        assert got[:2] == ("err", "UnsupportedValueError") and "failed on rank 1" in got[2], got
+        # an exception object is a value like any other
+        got = r["unpickle_value"]
+        assert got[0] == "ok" and [type(e).__name__ for e in got[1]] == ["CollectiveInputError"] * 2, got
+        assert r["unpickle_after"] == ("ok", [0, 1]), r["unpickle_after"]
+
+
+def test_numpy_scalars_reduce_like_the_python_numbers_they_stand_for(issue_rows: list[dict[str, Any]]) -> None:
+    for r in issue_rows:
+        assert r["np_i64"] == ("ok", "int64", 7)
+        assert r["np_f32"] == ("ok", "float32", 2.0)
+        assert r["np_f64"] == ("ok", "float64", 0.1 + 0.2)
+        assert r["np_bool_or"] == ("ok", "bool", True)
+        assert r["np_i32_max"][0] == "err" and r["np_i32_max"][2] == "ReduceOverflowError", r["np_i32_max"]
+        assert r["np_mixed"] == ("ok", 5) and type(r["np_mixed"][1]) is int
+        # an int on one rank and a float on another reduce as floats, the same on every rank
+        assert [r[f"int_float_{i}"] for i in range(3)] == [("ok", "float", 1.5)] * 3
+        assert r["int_float_avg"] == ("ok", 1.5)
+        assert r["int_avg"] == ("ok", 0.5) and type(r["int_avg"][1]) is float  # a float variable may hold ints
+        assert r["numpy_after"] == ("ok", [0, 1]), r["numpy_after"]
+
+
+def test_scratch_memory_returns_to_normal_after_an_outsized_call(issue_rows: list[dict[str, Any]]) -> None:
+    for r in issue_rows:
+        assert r["scratch_bytes"] <= 16 << 20, r["scratch_bytes"]
+        assert r["scratch_slot"] <= 1 << 20, r["scratch_slot"]

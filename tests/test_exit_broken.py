@@ -120,3 +120,11 @@ def test_idist_run_names_the_collective_of_a_rank_gloo_aborted(tmp_path: Path) -
     assert said.group(2) == "all_reduce #3 on group world", said.group(0)
     assert "run with --checked" in proc.stderr and "Received data size doesn't match" in proc.stderr
     assert list(tmp_path.iterdir()) == []  # the stall marks' folder is gone
+
+
+def test_idist_run_names_no_collective_for_a_rank_that_aborts_after_they_returned(tmp_path: Path) -> None:
+    proc = run_py(["-m", "idist", "run", "-n", "2", str(SCRIPTS / "abort_after_call.py")],
+                  env=clean_env(TMPDIR=str(tmp_path)))  # fmt: skip
+    assert proc.returncode == 128 + signal.SIGABRT, (proc.returncode, proc.stderr[-3000:])
+    assert "idist run: rank 1 (local rank 1) was killed by SIGABRT; stopped the others" in proc.stderr, proc.stderr
+    assert "its last collective" not in proc.stderr and "run with --checked" not in proc.stderr

@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 import torch
 
 import idist
 from multiproc import run_ranks
+from semantics_cases import fresh_context
 
 
 def _outcome(fn: Any) -> tuple[str, str, float]:
@@ -163,3 +166,118 @@ def _checked_happy_path(rank: int) -> list[Any]:
 
 def test_checked_mode_from_environment_runs_correct_code_unchanged() -> None:
     assert run_ranks(_checked_happy_path, 2) == [[True, 3, 3, 3, 3, 3, 2, "x"]] * 2
+
+
+# ------------------------------------------------------------------ issue 33
+# One launch of 2 real gloo ranks; each case runs in a context of its own
+# (semantics_cases.fresh_context), so that cases that break their group can share it.
+def _try(fn: Callable[[], object]) -> tuple[str, Any]:
+    try:
+        value = fn()
+    except idist.IdistError as exc:
+        return type(exc).__name__, str(exc)
+    except Exception as exc:  # a raw error is a bug here: report it as such
+        return "raw " + type(exc).__name__, str(exc)
+    return "ok", value.tolist() if isinstance(value, torch.Tensor) else value
+
+
+def _agreement_cases(rank: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+
+    def run(case: str, checked: bool, first: Callable[[Any], object], *, late: float = 0.0) -> None:
+        ctx = fresh_context(rank, 2, case, checked=checked)
+        try:
+            if rank == 1 and late:
+                time.sleep(late)  # rank 1 arrives this much later
+            start = time.monotonic()
+            out[case] = _try(lambda: first(ctx))
+            out[case + " took"] = time.monotonic() - start
+            out[case + " next"] = _try(lambda: ctx.all_gather(rank + 10))
+        finally:
+            ctx.close()
+
+    # 1: all_gather_tensors_with_shapes with a bad group on one rank
+    def shapes(group: list[int] | None, declared: list[tuple[int]]) -> Callable[[Any], object]:
+        return lambda c: c.all_gather_tensors_with_shapes(torch.ones(2) * rank, declared, group=group)
+
+    run("shapes bad group checked", True, shapes([0, 1] if rank == 0 else [0, 9], [(2,), (2,)]))
+    run("shapes bad group", False, shapes([0, 1] if rank == 0 else [0, 9], [(2,), (2,)]))
+    run("shapes bad group everywhere", False, shapes([0, 9], [(2,), (2,)]))
+    run("shapes wrong on one rank", False, shapes(None, [(2,), (2 + rank,)]))
+    # 2: a tensor on one rank, a Python number on the other
+    mixed = lambda c: c.all_reduce(torch.tensor([1.0, 2.0], dtype=torch.float64) if rank == 0 else 1.0)
+    run("tensor and number checked", True, mixed)
+    run("tensor and number", False, mixed)
+    # 5: the same bad input on every rank, rank 1 arriving 2 s late
+    run("bad op late", False, lambda c: c.all_reduce(torch.ones(2), "FOO"), late=2.0)
+    run("bad src late", False, lambda c: c.broadcast(1.0, src=7), late=1.0)
+    run("bad group late", False, lambda c: c.all_reduce(1, group=[0, 9]), late=1.0)
+    # ... while a bad input on one rank only still breaks the group at once, also for a late peer
+    run("bad op on one rank, peer late", False, lambda c: c.all_reduce(torch.ones(2), "FOO" if rank == 0 else "SUM"),
+        late=2.0)  # fmt: skip
+
+    # 13: a checked barrier that times out is named as a barrier
+    def slow_barrier(c: Any) -> object:
+        if rank == 1:
+            time.sleep(3)
+            return "slept"
+        with c.timeout(1):
+            return c.barrier()
+
+    run("checked barrier timeout", True, slow_barrier)
+    return out
+
+
+@pytest.fixture(scope="module")
+def agreement() -> list[dict[str, Any]]:
+    return run_ranks(_agreement_cases, 2, timeout=150)  # type: ignore[no-any-return]
+
+
+def test_a_bad_group_on_one_rank_never_pairs_ragged_gathers_wrongly(agreement: list[dict[str, Any]]) -> None:
+    r0, r1 = agreement
+    case = "shapes bad group checked"  # checked: every rank raises the bad rank's error; the group is usable
+    assert r0[case][0] == r1[case][0] == "CollectiveInputError", (r0[case], r1[case])
+    assert "rank 1" in r0[case][1] and "0..1" in r0[case][1]
+    assert r0[case + " next"] == r1[case + " next"] == ("ok", [10, 11])
+    case = "shapes bad group"  # unchecked: the group breaks on every rank; no call returns a peer's data
+    assert r1[case][0] == "CollectiveInputError" and r0[case][0] == "GroupBrokenError", (r0[case], r1[case])
+    assert r0[case + " next"][0] == r1[case + " next"][0] == "GroupBrokenError"
+    case = "shapes bad group everywhere"
+    assert r0[case][0] == r1[case][0] == "CollectiveInputError"
+    assert r0[case + " next"] == r1[case + " next"] == ("ok", [10, 11])
+    case = "shapes wrong on one rank"  # a rank's own entry is checked inside the gather: agreed
+    assert r0[case][0] == r1[case][0] == "CollectiveInputError", (r0[case], r1[case])
+    assert "rank 1" in r0[case][1]
+    assert r0[case + " next"] == r1[case + " next"] == ("ok", [10, 11])
+
+
+def test_a_tensor_against_a_number_never_returns_a_peers_data_twice(agreement: list[dict[str, Any]]) -> None:
+    r0, r1 = agreement
+    case = "tensor and number checked"
+    assert r0[case][0] == r1[case][0] == "CollectiveMismatchError", (r0[case], r1[case])
+    assert r0[case + " next"] == r1[case + " next"] == ("ok", [10, 11])
+    # unchecked, the number's rank sees a sum no Python numbers make: it raises and breaks
+    # the group, so no later call pairs with the wrong one (and gloo aborts nobody)
+    case = "tensor and number"
+    assert r1[case][0] == "CollectiveInputError", r1[case]
+    assert r0[case + " next"][0] == r1[case + " next"][0] == "GroupBrokenError", (r0, r1)
+
+
+def test_the_same_bad_input_everywhere_agrees_however_late_a_rank_arrives(agreement: list[dict[str, Any]]) -> None:
+    r0, r1 = agreement
+    for case, cls in (("bad op late", "UnsupportedOpError"), ("bad src late", "CollectiveInputError"),
+                      ("bad group late", "CollectiveInputError")):  # fmt: skip
+        assert r0[case][0] == r1[case][0] == cls, (case, r0[case], r1[case])
+        assert r0[case + " took"] > 0.8  # rank 0 waited for rank 1 (the old window was 0.3 s) ...
+        assert r0[case + " next"] == r1[case + " next"] == ("ok", [10, 11]), case  # ... and the group is usable
+    case = "bad op on one rank, peer late"
+    assert r0[case][0] == "UnsupportedOpError" and r1[case][0] == "GroupBrokenError", (r0[case], r1[case])
+    assert r1[case + " took"] < 1.0, r1[case + " took"]  # from when the late peer arrived
+    assert r0[case + " next"][0] == r1[case + " next"][0] == "GroupBrokenError"
+
+
+def test_a_checked_barrier_that_times_out_is_named_as_a_barrier(agreement: list[dict[str, Any]]) -> None:
+    name, text = agreement[0]["checked barrier timeout"]
+    assert name == "CollectiveTimeoutError", text
+    assert text.startswith("barrier (checked mode's comparison) on group [0, 1] failed"), text
+    assert "ranks [1] did not arrive" in text, text

@@ -91,6 +91,32 @@ def test_the_same_bad_input_on_every_rank_keeps_the_group_usable(checked: bool) 
     assert simulate(2, _same_bad_everywhere, checked=checked) == [("CollectiveInputError", 3)] * 2
 
 
+def _bad_group_beside_a_subgroup(ctx: idist.DistContext) -> tuple[str, float, str]:
+    ctx.all_reduce(1, group=[0, 1])  # the subgroup's comm exists on its members
+    start = time.monotonic()
+    try:
+        if ctx.rank == 0:
+            ctx.all_reduce(1, group=[0, 1])  # waits in the subgroup for rank 1
+        elif ctx.rank == 1:
+            ctx.all_reduce(1, group=[0, 7])  # a bad group: its failure is counted on the world and the subgroup
+        first = "ok"
+    except idist.IdistError as exc:
+        first = type(exc).__name__
+    took = time.monotonic() - start
+    try:
+        later = str(ctx.all_reduce(1, group=[0, 1]) if ctx.rank < 2 else "not a member")
+    except idist.IdistError as exc:
+        later = type(exc).__name__
+    return first, took, later
+
+
+def test_a_bad_group_on_one_rank_breaks_a_subgroup_its_peer_waits_in() -> None:
+    peer, bad, other = simulate(3, _bad_group_beside_a_subgroup, checked=False, timeout=30)
+    assert bad[0] == "CollectiveInputError" and peer[0] == "GroupBrokenError", (peer, bad)
+    assert peer[1] < 1.0 and bad[1] < 1.0, (peer, bad)
+    assert peer[2] == bad[2] == "GroupBrokenError" and other[0] == "ok", (peer, bad, other)
+
+
 def _mismatch(ctx: idist.DistContext, what: str) -> tuple[str, str]:
     try:
         if what == "call":

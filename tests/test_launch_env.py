@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from idist import LaunchEnvironmentError
+from idist._detect import detect_backend
 from idist._launch_env import detect, expand_hostlist
 
 
@@ -137,3 +139,14 @@ def test_contradictory_launchers_name_both() -> None:
     env = dict(OMPI_ENV, RANK="0", WORLD_SIZE="2", MASTER_ADDR="h", MASTER_PORT="1")
     with pytest.raises(LaunchEnvironmentError, match=r"torchrun says rank 0 of 2 .* openmpi says rank 1 of 2"):
         detect(env)
+
+
+def test_idist_run_backend_flag_decides_the_ranks_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("IDIST_BACKEND", "nccl")  # what `idist run --backend nccl` sets
+    assert detect_backend() == "nccl"
+    monkeypatch.setenv("IDIST_BACKEND", "gloo")
+    assert detect_backend() == "gloo"
+    monkeypatch.delenv("IDIST_BACKEND")
+    assert detect_backend() == ("nccl" if torch.cuda.is_available() else "gloo")

@@ -27,7 +27,8 @@ def _calls(world_size: int, checked: bool) -> list[tuple[str, Call]]:
         ("int sum again", lambda c: c.all_reduce(c.rank + 1)),
         ("float sum", lambda c: c.all_reduce(0.5 * c.rank)),
         ("big int sum", lambda c: c.all_reduce(2**50 + c.rank)),
-        ("mixed kinds: raises everywhere", lambda c: c.all_reduce(1 if c.rank == 0 else 1.5)),
+        ("int and float: reduced as floats", lambda c: c.all_reduce(1 if c.rank == 0 else 1.5)),
+        ("bool and int: raises everywhere", lambda c: c.all_reduce(True if c.rank == 0 else 1)),
         ("overflow on one rank: raises everywhere", lambda c: c.all_reduce(2**70 if c.rank == 1 else 1)),
         ("long strings grow the slot", lambda c: c.all_gather("x" * (300 * c.rank))),
         ("short strings", lambda c: c.all_gather(str(c.rank))),
@@ -84,7 +85,7 @@ def test_every_ranks_lockstep_state_is_equal_after_every_call(world_size: int, c
             for comm, state in other_states.items():
                 assert state == states[comm], f"{name!r}: {comm} of rank {rank} is {state}, rank 0's {states[comm]}"
     outcomes = {name: outcome for name, outcome, _ in runs[0]}
-    assert outcomes["mixed kinds: raises everywhere"] == "UnsupportedValueError"
+    assert outcomes["bool and int: raises everywhere"] == "UnsupportedValueError"
     assert outcomes["bad src everywhere: agreed"] == "CollectiveInputError"
     assert outcomes["big broadcast, guessed"] == "ok"
     world = {name: states["world"] for name, _, states in runs[0]}  # the state did move

@@ -19,8 +19,8 @@ def test_a_ranks_mark_reaches_the_board() -> None:
     try:
         assert [board.read(s) for s in range(3)] == [None] * 3
         mine = _marks.Marks(*map(int, board.variable(2).split(":")))
-        mine.write(17, b"all_reduce", b"world")
-        mine.write(18, b"broadcast", b"[0, 2]")
+        mine.write(17, "all_reduce")
+        mine.write(18, "broadcast", "g1", (0, 2))
         assert [board.read(s) for s in range(3)] == [None, None, "broadcast #18 on group [0, 2]"]
     finally:
         board.close()
@@ -45,3 +45,19 @@ def test_no_variable_means_no_marks(monkeypatch: pytest.MonkeyPatch) -> None:
         assert _marks.from_env({_marks.MARKS_VAR: f"{fd}:0"}) is None
     finally:
         os.close(fd)
+
+
+def test_a_call_that_returned_is_no_longer_in_flight() -> None:
+    board = _marks.board(1)
+    if board is None:
+        pytest.skip("no anonymous memory files here (memfd_create is Linux's)")
+    try:
+        mine = _marks.Marks(*map(int, board.variable(0).split(":")))
+        mine.write(3, "all_reduce")
+        assert board.read(0) == "all_reduce #3 on group world"
+        mine.write(3, None)
+        assert board.read(0) is None
+        mine.write(4, "barrier")
+        assert board.read(0) == "barrier #4 on group world"
+    finally:
+        board.close()

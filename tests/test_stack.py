@@ -39,7 +39,7 @@ def test_default_is_serial_and_collectives_are_identity() -> None:
     with pytest.raises(idist.CollectiveInputError):
         idist.broadcast(1, src=1)
     with pytest.raises(idist.UnsupportedOpError):
-        idist.all_reduce(1, "AVERAGE")
+        idist.all_reduce(True, "AVERAGE")
 
 
 def test_initialize_sets_the_default_and_finalize_is_safe_twice() -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from launch_util import clean_env
+from launch_util import clean_env, default_sigint
 
 #: 1. ranks that share one DDP model (what share_args allows): each run must end;
 #: 2. a run that times out while a rank sleeps in C code (the thread outlives the run);
@@ -57,8 +57,14 @@ simulate(2, spin, timeout=math.inf if share else 600)
 
 
 def test_runs_end_whatever_the_ranks_do_ctrl_c_stops_them_and_exit_is_prompt() -> None:
+    # it is sent SIGINT: at its default, even when the test command runs as a background job
     proc = subprocess.Popen(
-        [sys.executable, "-c", _CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env()
+        [sys.executable, "-c", _CHILD],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        preexec_fn=default_sigint,
     )
     lines: list[str] = []
     try:

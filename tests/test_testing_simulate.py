@@ -148,6 +148,16 @@ def test_a_world_of_one() -> None:
     assert simulate(1, lambda ctx, x: ctx.all_reduce(x.clone()).tolist(), t) == [[0.0, 1.0, 2.0]]
 
 
+def test_an_average_on_one_rank_keeps_every_bit_as_serial_does() -> None:
+    """A world of one is serial: AVERAGE divides by nothing, so a signalling NaN keeps its bits
+    (dividing by 1 would quiet it). Found by properties/test_serial.py."""
+    snan = torch.tensor([0x7F800001, 0x3F800000], dtype=torch.int32).view(torch.float32)
+    with idist.context("serial") as serial:
+        expected = serial.all_reduce(snan.clone(), "AVERAGE").view(torch.int32).tolist()
+    (got,) = simulate(1, lambda ctx, x: ctx.all_reduce(x.clone(), "AVERAGE").view(torch.int32).tolist(), snan)
+    assert got == expected == [0x7F800001, 0x3F800000]
+
+
 # ------------------------------------------------------- arguments: a copy each
 def _append(ctx: DistContext, items: list[int]) -> int:
     items.append(ctx.rank)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import pickle
 import struct
-from pathlib import Path, PurePath
+from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 
 import attrs
 import torch
 
+from . import _reports
 from ._errors import CODE_OF, ERROR_CODES, IdistError, UnsupportedValueError
 from ._frame import HEADER, Frame, Tag, aligned, head, host, read_head, string_at
 
@@ -103,45 +104,61 @@ def reduce_header(op: str, t: torch.Tensor) -> Frame:
     return Frame(head(Tag.REDUCE, len(op), _tensor_code(t), tuple(t.shape)), op.encode("ascii"))
 
 
+#: the path classes that move as their bytes; the code byte says which (0: this system's ``Path``)
+_PATHS: tuple[type[PurePath], ...] = (type(Path()), PurePosixPath, PureWindowsPath)
+_PATH_CODE = {cls: code for code, cls in enumerate(_PATHS)}
+
+
 def encode(value: object, *, allow_pickle: bool = True) -> Frame:
-    """Encode ``value``; raises ``UnsupportedValueError`` for a type that cannot move."""
+    """Encode ``value``; raises ``UnsupportedValueError`` for a type that cannot move.
+
+    Only the exact types move as raw bytes, so that every rank decodes the type that was
+    sent: a subclass (an ``IntEnum``, a ``StrEnum``, numpy's ``float64``) is pickled.
+    """
+    kind = type(value)
     if isinstance(value, torch.Tensor):
         return encode_tensor(value)
     if value is None:
         return _raw(Tag.NONE, b"")
-    if isinstance(value, bool):
+    if kind is bool:
         return _raw(Tag.BOOL, b"\x01" if value else b"\x00")
-    if isinstance(value, int):
-        n = (value.bit_length() + 8) // 8
-        return _raw(Tag.INT, value.to_bytes(n, "little", signed=True))
-    if isinstance(value, float):
+    if isinstance(value, int) and kind is int:
+        return _raw(Tag.INT, value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True))
+    if isinstance(value, float) and kind is float:
         return _raw(Tag.FLOAT, _F64.pack(value))
-    if isinstance(value, str):
+    if isinstance(value, str) and kind is str:
         return _raw(Tag.STR, value.encode("utf-8", "surrogatepass"))
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return _raw(Tag.BYTES, bytes(value))
-    if isinstance(value, PurePath):
+    if isinstance(value, (bytes, bytearray)) and kind in (bytes, bytearray):
+        return _raw(Tag.BYTES, bytes(value), int(kind is bytearray))
+    if isinstance(value, memoryview):
+        raise UnsupportedValueError(
+            "cannot move a memoryview: no rank could get one back; send bytes(view) or bytearray(view)"
+        )
+    if isinstance(value, PurePath) and kind in _PATH_CODE:
         try:
-            return _raw(Tag.PATH, os.fsencode(value))
+            return _raw(Tag.PATH, os.fsencode(value), _PATH_CODE[kind])
         except UnicodeEncodeError as exc:  # a lone surrogate no file system can name
             raise UnsupportedValueError(
                 f"cannot move path {str(value)!r}: the file system encoding cannot represent it ({exc.reason}); "
                 "send str(path) instead"
             ) from exc
     if not allow_pickle:
-        raise UnsupportedValueError(f"cannot move a value of type {type(value).__name__} here")
+        raise UnsupportedValueError(f"cannot move a value of type {kind.__name__} here")
     try:
         return _raw(Tag.PICKLE, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
     except Exception as exc:
         raise UnsupportedValueError(
-            f"cannot move a value of type {type(value).__name__}: it does not pickle ({exc}); "
+            f"cannot move a value of type {kind.__name__}: it does not pickle ({exc}); "
             "send a tensor, a number, str, bytes, a Path or a picklable object"
         ) from exc
 
 
 def encode_error(exc: IdistError) -> Frame:
-    code = CODE_OF.get(type(exc), CODE_OF[UnsupportedValueError])
-    return _raw(Tag.ERROR, str(exc).encode("utf-8", "replace"), code)
+    """An error frame: every rank that decodes it raises ``exc``'s class (or its nearest
+    ancestor with a code) with ``exc``'s text, cut to ``_reports.LIMIT`` bytes: every rank
+    gathers the frame, so a message of any length must not travel whole."""
+    code = next((CODE_OF[c] for c in type(exc).__mro__ if c in CODE_OF), CODE_OF[UnsupportedValueError])
+    return _raw(Tag.ERROR, _reports.cut(str(exc)).encode("utf-8", "replace"), code)
 
 
 _NONE, _BOOL, _INT, _FLOAT, _STR, _BYTES, _PATH, _TENSOR, _PICKLE, _REDUCE = (
@@ -158,6 +175,14 @@ _NONE, _BOOL, _INT, _FLOAT, _STR, _BYTES, _PATH, _TENSOR, _PICKLE, _REDUCE = (
 )
 
 
+def decode_error(buf: torch.Tensor) -> IdistError:
+    """The error an error frame (``peek`` said so) ships."""
+    value = decode(buf)
+    if not isinstance(value, IdistError):
+        raise TypeError(f"expected an error frame, got {type(value).__name__}")
+    return value
+
+
 def decode_tensor(buf: torch.Tensor) -> torch.Tensor:
     """Decode a frame known to hold a tensor (``peek`` said so)."""
     value = decode(buf)
@@ -166,8 +191,20 @@ def decode_tensor(buf: torch.Tensor) -> torch.Tensor:
     return value
 
 
+def _unpickle(raw: bytes) -> object:
+    try:
+        return pickle.loads(raw)
+    except Exception as exc:
+        raise UnsupportedValueError(
+            f"a value did not unpickle ({type(exc).__name__}: {exc}); every rank must be able to import "
+            "its class and rebuild it"
+        ) from exc
+
+
 def decode(buf: torch.Tensor) -> object:
-    """Decode the frame at the start of ``buf`` (CPU uint8). Errors are returned, not raised.
+    """Decode the frame at the start of ``buf`` (CPU uint8). A shipped error is returned, not
+    raised (``is_error`` tells it from a value); a pickle that does not load raises
+    ``UnsupportedValueError``.
 
     A tensor comes back as a view of ``buf``'s memory (no copy).
     """
@@ -194,11 +231,11 @@ def decode(buf: torch.Tensor) -> object:
     if tag == _NONE:
         return None
     if tag == _BYTES:
-        return raw
+        return bytearray(raw) if code else raw
     if tag == _PATH:
-        return Path(os.fsdecode(raw))
+        return _PATHS[code](os.fsdecode(raw))
     if tag == _PICKLE:
-        return pickle.loads(raw)
+        return _unpickle(raw)
     if tag == _REDUCE:
         return ReduceHeader(raw.decode("ascii"), DTYPES[code], shape)
     Tag(tag)  # an unknown tag raises ValueError here

@@ -8,14 +8,15 @@ work. A backend context contributes the tensor primitives (``_allreduce_tensor``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import operator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import _codec, _exchange, _frame, _number_sum, _speculative
+from . import _codec, _exchange, _frame, _inplace, _number_sum, _speculative
 from ._errors import CollectiveInputError, IdistError
-from ._reduce import check_op_name, check_value_op, fold_values
+from ._reduce import check_number, check_op_name, fold_values
 
 if TYPE_CHECKING:
     from ._context import DistContext
@@ -56,21 +57,23 @@ def all_reduce(ctx: DistContext[CommT], comm: CommT, x: object, op: str) -> obje
         ctx._allreduce_tensor(x, op, comm)
         return x
     if len(comm.ranks) == 1:  # a group of one: the same checks, nothing to exchange
-        check_value_op(op, x)
+        check_number(x)
         return fold_values(op, [x])
     n = len(comm.ranks)
     summing = ctx.EXACT_SUM_PAIRS and op in _number_sum.OPS and n < _number_sum.MAX_RANKS
     step = comm.lockstep
     if summing and (mode := step.sum_mode) != "gather":
-        summed = _number_sum.contribution(x, op, mode)
+        summed = _number_sum.contribution(x, mode)
         ctx._allreduce_tensor(summed, "SUM", comm)
-        result = _number_sum.result(summed, n, op, mode)
+        result, after = _number_sum.result(summed, n, op, mode)
+        if isinstance(result, _number_sum.Foreign):
+            ctx._unpaired(comm, CollectiveInputError(FOREIGN_SUM))
         if not isinstance(result, _number_sum.Miss):
-            step.sum_mode = _number_sum.after_sum(result, n)
+            step.sum_mode = after
             return result
     try:
-        check_value_op(op, x)
-        frame = _codec.encode(x, allow_pickle=False)
+        check_number(x)
+        frame = _codec.encode(x)
     except IdistError as exc:
         frame = _codec.encode_error(exc)
     values = _exchange.decode_all(comm, _exchange.gather_frames(comm, frame), "all_reduce")
@@ -79,13 +82,24 @@ def all_reduce(ctx: DistContext[CommT], comm: CommT, x: object, op: str) -> obje
     return fold_values(op, values)
 
 
-def all_gather(comm: _exchange.Comm, x: object) -> list[Any]:
-    """One entry per rank of ``comm``, in rank order (see ``DistContext.all_gather``)."""
+#: what a rank that reduced a Python number says when its peers' part was no number
+FOREIGN_SUM = (
+    "all_reduce of a Python number met another call on some rank (a tensor all_reduce?): that rank got "
+    "this rank's internal codes added into its data, and no rank can tell what the other passed; pass the "
+    "same kind of value on every rank (checked mode names the mismatch before data moves)"
+)
+
+
+def all_gather(comm: _exchange.Comm, x: object, declared: Declared = None) -> list[Any]:
+    """One entry per rank of ``comm``, in rank order (see ``DistContext.all_gather``); with
+    ``declared`` (``all_gather_tensors_with_shapes``), this rank's tensor must have that shape."""
     if len(comm.ranks) == 1:  # a group of one: the same checks and copy, nothing to exchange
+        _check_declared(x, declared)
         if isinstance(x, torch.Tensor):
             return [_codec.checked_tensor(x).detach().clone()]
         return [_codec.decode(_codec.encode(x).to_tensor())]
     try:
+        _check_declared(x, declared)
         frame = _codec.encode(x)
     except IdistError as exc:
         frame = _codec.encode_error(exc)
@@ -100,6 +114,41 @@ def all_gather(comm: _exchange.Comm, x: object) -> list[Any]:
         # also on the ranks that passed no tensor, so that every rank raises the mix
         return _gathered_tensors(x, values, comm.ranks)
     return values
+
+
+#: the shape a rank declared for its own tensor (``all_gather_tensors_with_shapes``), or
+#: what is wrong with the shapes it passed; None: nothing declared
+Declared = tuple[int, ...] | IdistError | None
+
+
+def declared_shape(shapes: object, group_rank: int, size: int) -> Declared:
+    """This rank's entry of ``shapes`` (one shape per group rank), or the error in ``shapes``."""
+    rows = [_shape(s) for s in shapes] if isinstance(shapes, Iterable) else []
+    mine = rows[group_rank] if len(rows) == size else None
+    if mine is None or None in rows:
+        return CollectiveInputError(
+            f"all_gather_tensors_with_shapes: shapes must hold one shape (a sequence of ints) per rank of the "
+            f"group ({size}), got {shapes!r}"
+        )
+    return mine
+
+
+def _shape(s: object) -> tuple[int, ...] | None:
+    try:
+        return tuple(operator.index(d) for d in s) if isinstance(s, Iterable) else None
+    except TypeError:
+        return None
+
+
+def _check_declared(x: object, declared: Declared) -> None:
+    if isinstance(declared, IdistError):
+        raise declared
+    if declared is not None and not (isinstance(x, torch.Tensor) and tuple(x.shape) == declared):
+        got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise CollectiveInputError(
+            f"all_gather_tensors_with_shapes: this rank's tensor is {got}, not the declared {list(declared)}; "
+            "pass shapes= in group-rank order, one per rank"
+        )
 
 
 def _rows(out: torch.Tensor, size: int, n: int, start: int, like: torch.Tensor) -> list[torch.Tensor]:
@@ -130,20 +179,9 @@ def _gathered_tensors(x: object, values: list[object], ranks: tuple[int, ...]) -
     return tensors
 
 
-def with_shapes(gathered: list[torch.Tensor], shapes: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-    """``gathered``, once each rank's tensor is checked against its declared shape (the same on every rank)."""
-    want = [tuple(int(d) for d in s) for s in shapes]
-    got = [tuple(t.shape) for t in gathered]
-    if want != got:
-        raise CollectiveInputError(
-            f"all_gather_tensors_with_shapes: the ranks' tensors have shapes {got}, not the declared {want}; "
-            "pass shapes= in group-rank order, one per rank"
-        )
-    return gathered
-
-
 def broadcast(ctx: DistContext[CommT], comm: CommT, x: object, src: int) -> object:
-    """``src``'s value (``src`` a global rank of ``comm``) on every rank of ``comm``."""
+    """``src``'s value (``src`` a global rank of ``comm``) on every rank of ``comm``; src's own
+    tensor is only read, a receiver's is filled when it can hold the value (``_inplace``)."""
     if len(comm.ranks) == 1:  # a group of one: src's value is this rank's, once checked
         if isinstance(x, torch.Tensor):
             _codec.checked_tensor(x)
@@ -165,40 +203,36 @@ def broadcast(ctx: DistContext[CommT], comm: CommT, x: object, src: int) -> obje
     seen = (shape, _codec.DTYPES[code]) if header_only and 0 not in shape else None
     if pipe is not None:
         _speculative.remember(pipe, gsrc, seen)
-    if tag is _frame.Tag.ERROR:
-        _exchange.decode_all(comm, [buf], "broadcast")
     if tag is not _frame.Tag.TENSOR:
-        return x if me else _codec.decode(buf)
+        # src decodes its own frame too when it is a pickle or an error: every rank raises alike
+        value = _exchange.decode_from(buf, src, "broadcast") if not me or tag in _SRC_DECODES else x
+        return x if me else value
     if landed is not None and seen == expected:  # the data came with the header
         return x if me or landed is x else _received(x, landed)
     dtype = _codec.DTYPES[code]
     if me and isinstance(x, torch.Tensor):
-        target = x
-    elif isinstance(x, torch.Tensor) and x.dtype == dtype and tuple(x.shape) == shape:
+        target = x  # only read: the comm sends a copy of a tensor it cannot send as it is
+    elif isinstance(x, torch.Tensor) and _speculative.fits(x, (shape, dtype)) and not _inplace.shares_elements(x):
         target = x
     else:
         target = torch.empty(shape, dtype=dtype, device=ctx._receive_device(dtype))
     if seen is not None:
         ctx._broadcast_tensor(target, gsrc, comm)
     elif not me:
-        _fill(target, _codec.decode_tensor(buf))
+        _inplace.write(target, _codec.decode_tensor(buf))
     return target
+
+
+#: the frames src decodes itself after sending them (see ``broadcast``)
+_SRC_DECODES = (_frame.Tag.PICKLE, _frame.Tag.ERROR)
 
 
 def _received(x: object, data: torch.Tensor) -> torch.Tensor:
     """A receiver's result when the data landed in a new tensor: into ``x`` if it has the shape."""
     if isinstance(x, torch.Tensor) and _speculative.fits(x, (tuple(data.shape), data.dtype)):
-        return _fill(x, data)
+        if not _inplace.shares_elements(x):
+            return _inplace.write(x, data)
     return data
-
-
-def _fill(target: torch.Tensor, data: torch.Tensor) -> torch.Tensor:
-    """``target.copy_(data)``; a Parameter that requires grad is filled too, as torch.distributed's
-    broadcast fills it (autograd refuses an in-place copy into a leaf that requires grad)."""
-    if target.requires_grad:
-        with torch.no_grad():
-            return target.copy_(data)
-    return target.copy_(data)
 
 
 def _broadcast_frame(x: object) -> _frame.Frame:

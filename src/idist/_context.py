@@ -175,12 +175,14 @@ class DistContext(TrainingMethods[CommT_co]):
         """
         return self._all_gather(tensor, group)
 
-    def _all_gather(self, x: T, group: GroupArg) -> list[T]:
+    def _all_gather(self, x: T, group: GroupArg, shapes: object = None) -> list[T]:
         comm, error = self._enter(group)
         if comm is None or comm.group_rank < 0:
             return [self._outside(comm, "all_gather", x, None)]
         self._checkpoint(comm, "all_gather", value=x, error=error)
-        return _collectives.all_gather(comm, x)
+        # a rank's own declared shape is checked inside the gather, so every rank raises alike
+        declared = None if shapes is None else _collectives.declared_shape(shapes, comm.group_rank, len(comm.ranks))
+        return _collectives.all_gather(comm, x, declared)
 
     # What a rank gets: src's value, of the type every rank passes (so ``X | None`` when src may pass
     # None, and for a rank outside ``group``, which gets its own input back); a tensor placeholder
@@ -222,14 +224,10 @@ class DistContext(TrainingMethods[CommT_co]):
         """ignite's ragged gather: one tensor per rank of the group, rank ``i``'s of shape ``shapes[i]``.
 
         ``all_gather`` already moves tensors of different shapes; this also checks each rank's
-        tensor against its declared shape (``CollectiveInputError`` on every rank, naming it).
-        A rank outside ``group`` gets ``[tensor]``.
+        tensor against the shape it declared for itself, inside the gather
+        (``CollectiveInputError`` on every rank, naming it). A rank outside ``group`` gets ``[tensor]``.
         """
-        comm = self._comm(group)
-        gathered = self.all_gather(tensor, group)
-        if comm is None or comm.group_rank < 0:
-            return gathered  # not a member (an XLA bystander takes part first): its own tensor back
-        return _collectives.with_shapes(gathered, shapes)
+        return self._all_gather(tensor, group, shapes)
 
     def barrier(self, group: GroupArg = None) -> None:
         """Return only when every rank of the group has arrived."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, Self, TypeVar
 
 import attrs
 import torch
@@ -21,6 +21,7 @@ from ._codec import checked_tensor
 from ._errors import CollectiveInputError, ContextClosedError, GroupBrokenError, IdistError, TrainingSetupError
 from ._exchange import Comm
 from ._group import Group, check_ranks
+from ._inplace import check_writable
 from ._reduce import check_tensor_op
 from ._speculative import Pipeline
 from ._topology import Topology
@@ -183,9 +184,14 @@ class ContextCore(ABC, Generic[CommT_co]):
         """
 
     def _check_tensor(self, t: torch.Tensor, op: str) -> None:
-        """What this rank can tell alone about a tensor it is about to reduce."""
+        """What this rank can tell alone about a tensor it is about to reduce (in place)."""
         check_tensor_op(op, t.dtype)
         checked_tensor(t)
+        check_writable(t, "all_reduce")
+
+    def _unpaired(self: ContextCore[CommT], comm: CommT, error: IdistError) -> NoReturn:
+        """Raise ``error``, found after data moved: some rank made another call (native breaks the group)."""
+        raise error
 
     def _broken(self) -> str | None:
         """Why the group cannot be used any more (a backend that can break says), else None."""

@@ -15,6 +15,8 @@ from ._launch_env import detect
 
 #: set by torch_xla.launch / xmp.spawn in the process that runs the replicas (and only there)
 XLA_LAUNCHER_VARS = ("PJRT_LOCAL_PROCESS_COUNT",)
+#: the backend ``idist run --backend`` chose for its ranks (else CUDA decides)
+BACKEND_VAR = "IDIST_BACKEND"
 #: variables that mean "horovodrun (or horovod.run) started this process as one rank"
 HOROVOD_VARS = ("HOROVOD_RANK", "HOROVOD_HOSTNAME")
 
@@ -47,5 +49,8 @@ def detect_backend() -> str:
     if launcher == "torch_xla":
         return "xla-tpu"
     if launcher is not None:
+        chosen = os.environ.get(BACKEND_VAR)  # `idist run --backend gloo|nccl` says which
+        if chosen in ("gloo", "nccl"):
+            return chosen
         return "nccl" if torch.cuda.is_available() else "gloo"
     return "serial"

@@ -16,9 +16,9 @@ from typing import Protocol
 import attrs
 import torch
 
-from ._codec import decode
-from ._errors import IdistError
-from ._frame import LENGTH, Frame, frame_length
+from ._codec import decode, decode_error
+from ._errors import UnsupportedValueError
+from ._frame import LENGTH, Frame, Tag, frame_length, peek
 from ._number_sum import Mode
 
 MIN_SLOT = 64
@@ -87,15 +87,26 @@ def _slot_for(length: int) -> int:
     return -(-length // step) * step
 
 
-#: buffers from this size up are kept on the comm and reused (see ``_buffer``)
+#: buffers from this size up to SCRATCH_MAX are kept on the comm and reused (see ``_buffer``)
 SCRATCH_MIN = 1 << 16
+SCRATCH_MAX = 1 << 24
+#: the largest slot a group remembers: after a larger frame the next exchange starts from
+#: MIN_SLOT (its lengths first), so one outsized call costs the calls after it nothing
+SLOT_MAX = 1 << 20
+
+
+def _next_slot(length: int) -> int:
+    """The slot every rank remembers after an exchange whose longest frame had ``length`` bytes."""
+    slot = _slot_for(length)
+    return slot if slot <= SLOT_MAX else MIN_SLOT
 
 
 def _buffer(comm: Comm, use: str, size: int) -> torch.Tensor:
     """A ``size``-byte buffer for ``use`` ("send" or "receive"): a large one is the comm's own,
     reused by the next call of the same size (fresh memory of that size costs page faults on
-    every call). Only for bytes that are copied out before the call returns."""
-    if size < SCRATCH_MIN:
+    every call); an outsized one (past ``SCRATCH_MAX``) is the call's alone and leaves with it.
+    Only for bytes that are copied out before the call returns."""
+    if size < SCRATCH_MIN or size > SCRATCH_MAX:
         return torch.empty(size, dtype=torch.uint8)
     buf = comm.scratch.get(use)
     if buf is None or buf.numel() != size:
@@ -146,7 +157,7 @@ def gather_slots(comm: Comm, frame: Frame) -> tuple[torch.Tensor, int]:
     if longest > size:
         size = _slot_for(longest)
         out = comm.allgather_bytes(_fill(frame, size, comm))
-    step.slot = _slot_for(longest)
+    step.slot = _next_slot(longest)
     return out, size
 
 
@@ -177,14 +188,27 @@ def finish_broadcast(comm: Comm, buf: torch.Tensor, frame: Frame | None, src: in
         size = _slot_for(length)
         buf = _fill(frame, size, comm) if frame is not None else _buffer(comm, "receive", size)
         comm.broadcast_bytes(buf, src)
-    comm.lockstep.slot = _slot_for(length)
+    comm.lockstep.slot = _next_slot(length)
     return buf
 
 
 def decode_all(comm: Comm, bufs: list[torch.Tensor], what: str) -> list[object]:
-    """Decode gathered frames; if any rank shipped an error, raise it here on every rank."""
-    values = [decode(b) for b in bufs]
-    for rank, value in zip(comm.ranks, values, strict=False):
-        if isinstance(value, IdistError):
-            raise type(value)(f"{what} failed on rank {rank}: {value}")
-    return values
+    """Decode gathered frames, the same on every rank: if any rank shipped an error, raise the first
+    (in rank order) here; a value that does not unpickle raises ``UnsupportedValueError`` naming its rank."""
+    pairs = list(zip(comm.ranks, bufs, strict=False))
+    for rank, buf in pairs:  # the first error in rank order, before any value is decoded
+        if peek(buf)[0] is Tag.ERROR:
+            decode_from(buf, rank, what)
+    return [decode_from(buf, rank, what) for rank, buf in pairs]
+
+
+def decode_from(buf: torch.Tensor, rank: int, what: str) -> object:
+    """The value global rank ``rank`` sent in ``buf``: an error it shipped is raised naming it, and
+    a value that does not unpickle raises ``UnsupportedValueError`` naming it (the same on every rank)."""
+    if peek(buf)[0] is Tag.ERROR:
+        shipped = decode_error(buf)
+        raise type(shipped)(f"{what} failed on rank {rank}: {shipped}")
+    try:
+        return decode(buf)
+    except UnsupportedValueError as exc:
+        raise UnsupportedValueError(f"{what} failed: the value of rank {rank}: {exc}") from exc.__cause__

@@ -4,7 +4,8 @@ gloo ends a rank by SIGABRT when a peer sends more bytes than its tensor holds (
 all_reduce of float32 against float64), and a dead process says nothing. ``idist run`` shares a
 small anonymous memory file with its ranks (``IDIST_STALL_MARKS`` names its descriptor and the
 rank's slot); at the start of every backend call a rank writes its call counter, the call and
-the group into its slot (no system call), and the launcher names that collective in its report.
+the group into its slot (no system call), negates the counter when the call returns, and the
+launcher names the collective in its report only while the counter says it is in flight.
 Nothing is on disk: the memory goes with the last process that maps it, a killed launcher too.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 MARKS_VAR = "IDIST_STALL_MARKS"
 #: the memory file's name, checked by a rank before it writes (a descriptor number it inherited
@@ -21,6 +22,7 @@ MARKS_VAR = "IDIST_STALL_MARKS"
 _NAME = "idist-stall-marks"
 #: the call counter of the group, the call, the group
 _RECORD = struct.Struct("<q16s40s")
+_SEQ = struct.Struct("<q")
 
 
 class Board:
@@ -36,7 +38,8 @@ class Board:
         return f"{self.fd}:{slot}"
 
     def read(self, slot: int) -> str | None:
-        """The last collective the rank in ``slot`` marked ("all_reduce #17 on group world"), or None."""
+        """The collective the rank in ``slot`` is in ("all_reduce #17 on group world"), or None when
+        it is in none (its last one returned, or it never called one)."""
         seq, call, group = _RECORD.unpack_from(self._map, slot * _RECORD.size)
         if seq <= 0:
             return None
@@ -66,9 +69,17 @@ class Marks:
         self._offset = slot * _RECORD.size
         if self._offset + _RECORD.size > len(self._map):
             raise OSError(f"no stall-mark slot {slot}")
+        self._seq = 0
 
-    def write(self, seq: int, call: bytes, group: bytes) -> None:
-        _RECORD.pack_into(self._map, self._offset, seq, call, group)
+    def write(self, seq: int, call: str | None, key: str = "world", ranks: Sequence[int] = ()) -> None:
+        """The rank enters call number ``seq`` (> 0), ``call`` on the group ``key`` of ``ranks``, or,
+        with ``call=None``, the call last written returned: it is no longer in flight."""
+        if call is None:
+            _SEQ.pack_into(self._map, self._offset, -self._seq)
+            return
+        group = "world" if key == "world" else str(list(ranks))
+        _RECORD.pack_into(self._map, self._offset, seq, call.encode(), group.encode()[:40])
+        self._seq = seq
 
 
 _mine: list[Marks | None] = []

@@ -12,6 +12,7 @@ only; see docs/multinode.md.
 from __future__ import annotations
 
 import array
+import errno
 import ipaddress
 import socket
 import struct
@@ -195,6 +196,29 @@ def store_address(master_addr: str | None) -> str:
         f"{master_addr!r} ({', '.join(addrs)}) is not an address of this machine, so the rendezvous store "
         "cannot listen on it: run node rank 0 on the machine that master_addr names"
     )
+
+
+def family(addr: str) -> socket.AddressFamily:
+    """The socket family of an IP literal: IPv6 for ``::1``, ``fe80::1%eth0``..., IPv4 otherwise."""
+    return socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+
+def listen(addr: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``addr:port`` (an IP literal, IPv4 or IPv6); ``OSError`` as the
+    kernel gives it (see ``listen_error`` for what to tell the user)."""
+    return socket.create_server((addr, port), family=family(addr))
+
+
+def listen_error(addr: str, port: int, exc: OSError) -> str:
+    """What went wrong when listening on ``addr:port`` failed with ``exc``, and what to do."""
+    where = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"cannot serve the rendezvous store on {where} ({reason}): another job may use this master port; give "
+            "each job its own (or pass none: a free one is picked on one node)"
+        )
+    return f"cannot serve the rendezvous store on {where} ({reason}): pass an address of this machine as master_addr"
 
 
 def choose_bind(master_addr: str | None, *, nnodes: int, env: Mapping[str, str]) -> Bind:

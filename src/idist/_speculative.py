@@ -20,6 +20,7 @@ import torch
 from . import _exchange
 from ._exchange import Guess
 from ._frame import Frame, tensor_bytes
+from ._inplace import plain, resolved
 
 __all__ = ["Guess", "Pipeline", "fits", "guess", "remember", "send"]
 
@@ -64,9 +65,9 @@ def send(
     """
     head = _exchange.first_slot(pipe, frame)
     me = frame is not None
-    if isinstance(x, torch.Tensor) and fits(x, expected) and (me or (x.is_cpu and x.is_contiguous())):
-        data = x
+    if isinstance(x, torch.Tensor) and fits(x, expected) and (me or (x.is_cpu and x.is_contiguous() and plain(x))):
+        data = x  # src's is only read (tensor_bytes copies what is not plain memory)
     else:
         data = torch.empty(expected[0], dtype=expected[1])
-    pipe.broadcast_pair(head, tensor_bytes(data), src)
+    pipe.broadcast_pair(head, tensor_bytes(resolved(data) if me else data), src)
     return _exchange.finish_broadcast(pipe, head, frame, src), data

@@ -125,7 +125,7 @@ def bad_inputs() -> dict[str, Any]:
         outcome("emulated_shape_mismatch", lambda: ctx.all_reduce(torch.ones(2 + rank, dtype=torch.int8), "OR"))
         i32_or_64 = torch.int32 if rank else torch.int64
         outcome("gather_dtype_mismatch", lambda: ctx.all_gather(torch.ones(2, dtype=i32_or_64)))
-        outcome("value_type_mismatch", lambda: ctx.all_reduce(1 if rank else 1.0))
+        outcome("value_type_mismatch", lambda: ctx.all_reduce(True if rank else 1))  # a bool mixes with nothing
         outcome("unpicklable", lambda: ctx.all_gather(lambda: None) if rank == 1 else ctx.all_gather(3))
         outcome("overflow", lambda: ctx.all_reduce(2**62))
         outcome("bad_group", lambda: ctx.all_reduce(1, group=[0, 7]))

@@ -26,7 +26,7 @@ def bad() -> list[dict[str, Any]]:
         ("dtype_mismatch", "CollectiveInputError", "same shape and dtype"),
         ("emulated_shape_mismatch", "CollectiveInputError", "same tensor shape and dtype"),
         ("gather_dtype_mismatch", "CollectiveInputError", "cast with .to(dtype)"),
-        ("value_type_mismatch", "UnsupportedValueError", "same Python type"),
+        ("value_type_mismatch", "UnsupportedValueError", "the same type on every rank"),
         ("unpicklable", "UnsupportedValueError", "does not pickle"),
         ("overflow", "ReduceOverflowError", "int64"),
         ("bad_group", "CollectiveInputError", "within 0..1"),

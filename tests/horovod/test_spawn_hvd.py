@@ -19,7 +19,7 @@ import pytest
 
 import idist
 from idist import LaunchError
-from launch_util import marker_pids, wait_gone, wait_markers
+from launch_util import default_sigint, marker_pids, wait_gone, wait_markers
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("private_tmp")]
 
@@ -97,7 +97,7 @@ def _parent(marker: Path, tmp: Path) -> subprocess.Popen[str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
     return subprocess.Popen(
         [sys.executable, str(HERE / "cases_spawn.py"), str(marker), "2"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint,
     )  # fmt: skip
 
 

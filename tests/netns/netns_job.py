@@ -9,8 +9,9 @@ with the exception type, message and the wall time it was raised at):
 
 ``--work``: ``checks`` (collectives + topology + training equivalence), ``loop`` (all_reduce in a
 loop, a heartbeat file per rank, until the test breaks something; ``--section S`` bounds each call
-with ``ctx.timeout(S)``) or ``slow`` (rank 2 computes for ``--slow S`` seconds between two
-all_reduces while the others wait in the second).
+with ``ctx.timeout(S)``), ``ddp`` (the same loop as DDP training steps that call no idist function:
+only torch's own collectives wait) or ``slow`` (rank 2 computes for ``--slow S`` seconds between
+two all_reduces while the others wait in the second).
 """
 
 from __future__ import annotations
@@ -107,6 +108,25 @@ def loop(ctx: idist.DistContext, out: Path, tag: str, section: float | None) -> 
         time.sleep(0.01)
 
 
+def ddp_loop(ctx: idist.DistContext, out: Path, tag: str) -> dict[str, Any]:
+    """DDP training steps forever, a heartbeat file per step; no idist call inside the loop."""
+    torch.manual_seed(0)
+    model = ctx.auto_model(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    beat = out / f"{tag}beat{ctx.rank}"
+    x = torch.randn(8, 64)
+    i = 0
+    while True:
+        opt.zero_grad()
+        model(x).sum().backward()  # DDP's gradient all_reduce waits inside backward
+        opt.step()
+        i += 1
+        tmp = beat.with_suffix(".tmp")
+        tmp.write_text(f"{i} {time.time()}")
+        tmp.replace(beat)
+        time.sleep(0.01)
+
+
 def slow(ctx: idist.DistContext, seconds: float) -> dict[str, Any]:
     """Rank 2 computes (Python and a sleep) while the others wait for it inside a collective."""
     first = ctx.all_reduce(ctx.rank)
@@ -141,6 +161,8 @@ def _body(ctx: idist.DistContext, a: argparse.Namespace) -> Any:
         return checks(ctx, a.training)
     if a.work == "slow":
         return slow(ctx, a.slow)
+    if a.work == "ddp":
+        return ddp_loop(ctx, out, a.tag)
     return loop(ctx, out, a.tag, a.section)
 
 
@@ -170,7 +192,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("mode", choices=["env", "spawn", "parallel"])
     p.add_argument("out")
-    p.add_argument("--work", choices=["checks", "loop", "slow"], default="checks")
+    p.add_argument("--work", choices=["checks", "loop", "ddp", "slow"], default="checks")
     p.add_argument("--slow", type=float, default=10.0, help="--work slow: seconds rank 2 computes")
     p.add_argument("--training", action="store_true")
     p.add_argument("--tag", default="")

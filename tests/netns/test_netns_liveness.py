@@ -59,7 +59,7 @@ def test_partition_without_any_timeout_ends_both_nodes_within_a_minute(nodes: No
     assert sorted(errors) == [0, 1, 2, 3], job.logs()
     for rank, err in errors.items():
         assert err["type"] == "PeerLostError", err
-        side = "no heartbeat from them" if rank < 2 else "the rendezvous store on node 0 did not answer"
+        side = "no heartbeat from them" if rank < 2 else f"the store at {nodes.nodes[0].addr}:{PORT} stopped answering"
         assert side in str(err["message"]), err
     _all_gone(nodes)
 
@@ -110,6 +110,33 @@ def test_a_sigkilled_node_launcher_ends_the_other_node(nodes: NodeNet, tmp_path:
     os.kill(launcher, signal.SIGKILL)
     t0 = time.monotonic()
     _ends(job, 0, {2, 3}, t0, DEFAULT_BOUND)
+    _all_gone(nodes)
+
+
+def test_a_node_cut_off_from_the_store_inside_ddp_exits_with_its_stack(nodes: NodeNet, tmp_path: Path) -> None:
+    """``idist run`` on both nodes, a DDP loop that calls no idist function per step
+    (``IDIST_LIVENESS=5``): node 1, which does not serve the store, loses its link. Its ranks wait in
+    DDP's backward, which nothing can interrupt, while their store calls never return: each exits 1
+    within the limit + 30 s with its main thread's stack, saying the store at node 0's address
+    stopped answering. Node 0's ranks, also in backward, name node 1's ranks and exit 1 the same way.
+    (Before: node 1's watcher waited in its store call and never looked; node 1 ran on until killed.)"""
+    env = {i: {"IDIST_LIVENESS": str(SHORT)} for i in range(2)}
+    job = start_job(nodes, "idist-run", tmp_path / "out", PORT, ["--work", "ddp"], env=env)
+    job.wait_beats(4, 2 * START)  # DDP's wrapping and first steps on 4 processes
+    time.sleep(0.3)
+    nodes.link(1, False)
+    t0 = time.monotonic()
+    bound = SHORT + 30.0
+    store = f"{nodes.nodes[0].addr}:{PORT}"
+    for i, named, why in ((1, "[0, 1]", f"the store at {store} stopped answering"), (0, "[2, 3]", "no heartbeat")):
+        proc = job.procs[i]
+        rc = proc.wait(max(0.0, t0 + bound - time.monotonic()))
+        out = proc.output
+        assert rc is not None, f"node {i} still runs {time.monotonic() - t0:.1f}s after the cut\n{job.logs()}"
+        assert rc != 0, out[-3000:]
+        assert f"idist.PeerLostError: ranks {named} stopped answering ({why}" in out, out[-3000:]
+        assert "main thread (most recent call last)" in out and "backward" in out, out[-3000:]
+        assert "waits in torch's own collective above" in out and "exiting with status 1" in out, out[-3000:]
     _all_gone(nodes)
 
 

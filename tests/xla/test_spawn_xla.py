@@ -23,7 +23,7 @@ if importlib.util.find_spec("torch_xla") is None:
 
 import idist
 from idist import LaunchError
-from launch_util import json_reports, marker_pids, wait_gone
+from launch_util import default_sigint, json_reports, marker_pids, wait_gone
 
 from . import cases_spawn
 
@@ -115,6 +115,7 @@ def test_ctrl_c_in_the_parent_stops_the_xla_process(tmp_path: Path) -> None:
     parent = subprocess.Popen(
         [sys.executable, str(SCRIPT), "sleep", str(marker), "2"],
         env=dict(_env(), TMPDIR=str(tmp_path / "tmp")), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_sigint,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 300

@@ -1,8 +1,8 @@
 """What runs inside each spawned rank, before and around the user's function.
 
-The child puts itself in its own process group (so the parent can stop it together with
-anything it started, and a terminal's Ctrl-C reaches only the parent, which then stops
-every rank), watches its parent (a parent that dies, even by SIGKILL, takes the ranks
+The child leads a session of its own (so the parent can stop it together with anything it
+started, and a terminal's Ctrl-C reaches only the parent, which then stops every rank),
+watches its parent (a parent that dies, even by SIGKILL, takes the ranks
 with it), sets the launcher variables, runs ``fn(local_rank, *args, **kwargs)`` and
 sends one message up its pipe: ``("ok", result)`` or ``("error", summary, traceback,
 time, exit code)``.
@@ -10,7 +10,6 @@ time, exit code)``.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import signal
@@ -24,6 +23,7 @@ from multiprocessing.connection import Connection
 import attrs
 
 from .. import _stack
+from . import _sessions
 
 #: How often a rank checks that its parent is still alive (a backstop to PR_SET_PDEATHSIG).
 WATCHDOG_INTERVAL = 0.1
@@ -50,10 +50,10 @@ def _watch_parent(parent: int) -> None:
     while True:
         time.sleep(WATCHDOG_INTERVAL)
         if os.getppid() != parent:
-            # The launcher is gone: nobody would ever join us. Take our own group down
-            # (this rank and whatever it started) rather than run on as orphans.
+            # The launcher is gone: nobody would ever join us. Take our own session down
+            # (whatever this rank started, then the rank) rather than run on as orphans.
             try:
-                os.killpg(0, signal.SIGKILL)
+                _sessions.signal_sessions({os.getsid(0)}, signal.SIGKILL)
             finally:
                 os._exit(1)
 
@@ -61,12 +61,32 @@ def _watch_parent(parent: int) -> None:
 def die_with_parent() -> None:
     """The kernel sends this process SIGKILL the moment its parent dies (Linux; elsewhere the
     watchdog below is all there is)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    death_signal(signal.SIGKILL, check=False)()
+
+
+def death_signal(sig: int, *, check: bool = True) -> Callable[[], None]:
+    """What makes the kernel send ``sig`` to a process the moment its parent (this process, when
+    ``check``: a new one that finds it gone already ends at once) dies: a ``preexec_fn`` that calls
+    nothing but ``prctl`` (resolved here, before the fork)."""
+    parent = os.getpid()
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        prctl = None
+
+    def arm() -> None:
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if check and os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return arm
 
 
 def _isolate(spec: ChildSpec) -> None:
-    if hasattr(os, "setpgrp"):
+    try:
+        os.setsid()  # a session of its own: a terminal never stops it, and what it starts stays in it
+    except OSError:
         os.setpgrp()
     if spec.parent_pid != -1:
         # not for forkserver children, whose parent is the server, nor when the launching thread

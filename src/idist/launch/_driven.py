@@ -106,17 +106,17 @@ def _run_in(job: Job) -> list[object]:
     # torch alone leaves a folder per process (torch.distributed.nn's remote-module template).
     tmp = os.path.join(job.reports, "tmp")
     os.mkdir(tmp, 0o700)
-    handle = start(
-        drive,
-        (job,),
-        {},
-        LaunchPlan(nproc_per_node=1),
-        start_method=job.start_method,
-        rank_env=False,
-        extra_env={"TMPDIR": tmp},
-    )
     try:
-        handle.join()
+        handle = start(
+            drive,
+            (job,),
+            {},
+            LaunchPlan(nproc_per_node=1),
+            start_method=job.start_method,
+            rank_env=False,
+            extra_env={"TMPDIR": tmp},
+            join=True,
+        )
     except LaunchError as exc:
         # The launcher process itself died (not a rank: their failures come back as values).
         first = re.sub(r"^rank 0 \(local rank 0\) failed: ", "", str(exc).split("\n", 1)[0])

@@ -2,31 +2,31 @@
 
 The parent waits on every rank at once (each rank's process sentinel and its result
 pipe), never on one after another. The first rank that raises, exits non-zero or is
-killed makes the parent stop the others (SIGTERM to each rank's process group, SIGKILL
-after a grace period) and raise ``LaunchError`` with that rank's number, exit code or
-signal and traceback. Ctrl-C (or any exception) while waiting stops every rank the same way.
+killed makes the parent stop the others and what they started (``_stopping``) and raise
+``LaunchError`` with that rank's number, exit code or signal and traceback. Ctrl-C (or any
+exception) while waiting stops every rank the same way. A rank that ended without returning
+(stopped by ``terminate()`` included) is a failure, never a result of ``None``.
 """
 
 from __future__ import annotations
 
-import os
 import signal
+import threading
 import time
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from types import TracebackType
-from typing import Any, Generic, TypeVar, cast, final
+from typing import Generic, TypeVar, cast, final
 
 import attrs
 
 from .._errors import LaunchError
+from . import _sessions
 from ._plan import LaunchPlan
 from ._ports import PortReservation
+from ._stopping import GRACE_SECONDS, Rank, stop
 
 R = TypeVar("R")
-
-#: Seconds the other ranks get to exit after SIGTERM before they are killed.
-GRACE_SECONDS = 3.0
 
 
 def signal_name(exitcode: int) -> str | None:
@@ -38,30 +38,9 @@ def signal_name(exitcode: int) -> str | None:
         return f"signal {-exitcode}"
 
 
-@attrs.define(eq=False)
-class _Rank:
-    local_rank: int
-    rank: int
-    process: BaseProcess
-    conn: Connection | None
-    message: tuple[Any, ...] | None = None
-    exitcode: int | None = None
-
-    @property
-    def finished(self) -> bool:
-        """Exited and reaped: from here on its pid may belong to another process."""
-        return self.exitcode is not None
-
-    def poll(self) -> int | None:
-        # Every reap goes through here, so ``finished`` is exactly "reaped".
-        if self.exitcode is None:
-            self.exitcode = self.process.exitcode
-        return self.exitcode
-
-
 @attrs.frozen
 class _Failure:
-    rank: _Rank
+    rank: Rank
     when: float
     summary: str
     exitcode: int | None
@@ -78,11 +57,22 @@ class SpawnHandle(Generic[R]):
     terminates on an exception.
     """
 
-    def __init__(self, ranks: list[_Rank], reservation: PortReservation | None, plan: LaunchPlan) -> None:
+    def __init__(
+        self,
+        ranks: list[Rank],
+        reservation: PortReservation | None,
+        plan: LaunchPlan,
+        sweeper: _sessions.Sweeper | None = None,
+    ) -> None:
         self._ranks = ranks
         self._reservation = reservation
+        self._sweeper = sweeper
         self.plan = plan
         self._error: LaunchError | None = None
+        self._stopped_by: str | None = None
+        self._released = False
+        #: a second Ctrl-C while the ranks are being stopped: SIGKILL now
+        self._hurry = threading.Event()
 
     @property
     def processes(self) -> list[BaseProcess]:
@@ -96,38 +86,50 @@ class SpawnHandle(Generic[R]):
     def master_port(self) -> int | None:
         return self.plan.master_port
 
+    def watch(self, pid: int) -> None:
+        """Tell the sweeper about a rank just started (its session is swept if this process dies)."""
+        if self._sweeper is not None:
+            self._sweeper.watch(pid)
+
     def done(self) -> bool:
-        return all(r.finished for r in self._ranks)
+        """Whether every rank has ended: looks now (a rank that failed stops the others, as ``join`` does)."""
+        try:
+            return self.join(timeout=0)
+        except LaunchError:
+            return True
 
     @property
     def results(self) -> list[R]:
-        """Each local rank's return value, in local-rank order (after a successful join)."""
-        if self._error is not None:
-            raise self._error
-        if not self.done():
+        """Each local rank's return value, in local-rank order (after a successful join).
+
+        Raises ``LaunchError`` while the ranks run, and for a rank that failed or was stopped."""
+        if not self.join(timeout=0):
             raise LaunchError("the ranks are still running: call join() first")
         return [cast(R, r.message[1] if r.message else None) for r in self._ranks]
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait for every rank. True when all finished, False when ``timeout`` ran out.
+        """Wait for every rank. True when all returned, False when ``timeout`` ran out (0: look once).
 
-        Raises ``LaunchError`` for the first rank that failed, after stopping the others;
-        an exception here (Ctrl-C included) also stops every rank before propagating.
+        Raises ``LaunchError`` for the first rank that failed (or was stopped before it
+        returned), after stopping the others; an exception here (Ctrl-C included) also stops
+        every rank before propagating.
         """
         if self._error is not None:
             raise self._error
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            while not self.done():
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
+            while True:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 failures = self._step(left)
                 if failures:
                     first = min(failures, key=lambda f: f.when)
                     self._stop()
                     self._error = self._launch_error(first)
                     raise self._error
+                if all(r.finished for r in self._ranks):
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
         except BaseException:
             self._stop()
             raise
@@ -139,7 +141,7 @@ class SpawnHandle(Generic[R]):
         waitables: list[Connection | int] = [r.conn for r in pending if r.conn is not None]
         waitables += [r.process.sentinel for r in pending]
         # A bounded wait also catches a rank whose sentinel is held open by its children.
-        ready = set(wait(waitables, timeout=1.0 if timeout is None else min(timeout, 1.0)))
+        ready = set(wait(waitables, timeout=1.0 if timeout is None else min(timeout, 1.0))) if pending else set()
         now = time.time()
         failures: list[_Failure] = []
         for r in pending:
@@ -149,26 +151,36 @@ class SpawnHandle(Generic[R]):
                 _, summary, tb, when, code = r.message
                 failures.append(_Failure(r, when, summary, code, tb))
                 continue
-            code = r.poll()
-            if code is None:
-                continue
-            if r.conn is not None:
+            if r.poll() is not None and r.conn is not None:
                 self._read(r)
-            if r.message is not None and r.message[0] == "error":
-                _, summary, tb, when, intended = r.message
-                failures.append(_Failure(r, when, summary, intended, tb))
-            elif code != 0:
-                sig = signal_name(code)
-                what = f"was killed by {sig}" if sig else f"exited with code {code}"
-                if r.message is not None:
-                    what += " after fn returned"
-                failures.append(_Failure(r, now, what, code, None))
-            elif r.message is None:
-                failures.append(_Failure(r, now, "exited with code 0 before fn returned (os._exit?)", 0, None))
+        for r in self._ranks:
+            if r.finished and (r.message is None or r.message[0] != "ok" or r.exitcode != 0):
+                failure = self._judge(r, now)
+                if failure is not None and all(f.rank is not r for f in failures):
+                    failures.append(failure)
         return failures
 
+    def _judge(self, r: Rank, now: float) -> _Failure | None:
+        """Why a rank that ended did not return a result, or None if it did."""
+        code = r.exitcode
+        assert code is not None
+        if r.message is not None and r.message[0] == "error":
+            _, summary, tb, when, intended = r.message
+            return _Failure(r, when, summary, intended, tb)
+        if code == 0:
+            if r.message is not None:
+                return None
+            return _Failure(r, now, "exited with code 0 before fn returned (os._exit?)", 0, None)
+        sig = signal_name(code)
+        what = f"was killed by {sig}" if sig else f"exited with code {code}"
+        if r.message is not None:
+            what += " after fn returned"
+        elif self._stopped_by is not None:
+            what = f"was stopped by {self._stopped_by} before fn returned ({what.removeprefix('was ')})"
+        return _Failure(r, now, what, code, None)
+
     @staticmethod
-    def _read(r: _Rank) -> None:
+    def _read(r: Rank) -> None:
         conn = r.conn
         assert conn is not None
         try:
@@ -199,40 +211,28 @@ class SpawnHandle(Generic[R]):
         )
 
     def terminate(self) -> None:
-        """Stop every rank still running (SIGTERM, then SIGKILL after a grace period)."""
+        """Stop every rank still running (SIGTERM, then SIGKILL after a grace period), and what
+        they started; a later ``join()`` raises ``LaunchError`` for the ranks that had not returned."""
+        if self._stopped_by is None:
+            self._stopped_by = "terminate()"
         self._stop()
 
-    def _signal(self, r: _Rank, sig: int) -> None:
-        pid = r.process.pid
-        if pid is None or r.finished:
-            return  # never signal a reaped pid: it may belong to someone else now
-        try:
-            if os.getpgid(pid) == pid:
-                os.killpg(pid, sig)  # the rank and whatever it started
-            else:
-                os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
     def _stop(self) -> None:
-        alive = [r for r in self._ranks if r.poll() is None]
-        for r in alive:
-            self._signal(r, signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_SECONDS
-        while alive and time.monotonic() < deadline:
-            wait([r.process.sentinel for r in alive], timeout=max(0.0, deadline - time.monotonic()))
-            alive = [r for r in alive if r.poll() is None]
-        for r in alive:
-            self._signal(r, signal.SIGKILL)
         for r in self._ranks:
-            r.process.join()
-            r.poll()
             if r.conn is not None:
-                r.conn.close()
-                r.conn = None
+                self._read(r)  # a result already sent still counts
+        stop(self._ranks, self._hurry)
         self._release()
 
     def _release(self) -> None:
+        """End what the ranks left running, reap them, and give back the port and the sweeper."""
+        if not self._released:
+            self._released = True
+            _sessions.end([r.process.pid for r in self._ranks if r.process.pid is not None], GRACE_SECONDS)
+            for r in self._ranks:
+                r.process.join(5.0)
+            if self._sweeper is not None:
+                self._sweeper.close()
         if self._reservation is not None:
             self._reservation.close()
         for r in self._ranks:
@@ -250,5 +250,5 @@ class SpawnHandle(Generic[R]):
             self._stop()
 
     def __repr__(self) -> str:
-        state = "done" if self.done() else "running"
+        state = "done" if all(r.finished for r in self._ranks) else "running"
         return f"<SpawnHandle {len(self._ranks)} ranks {state} pids={self.pids}>"

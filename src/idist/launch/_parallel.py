@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from contextlib import ExitStack
 from types import TracebackType
@@ -149,8 +150,10 @@ class Parallel:
             require(backend)
         self.launcher = launched_by()
         if n is not None and self.launcher is not None:
+            # idist run and idist.spawn set torchrun's variables: name them, not torchrun
+            who = os.environ.get("IDIST_LAUNCHER", self.launcher) if self.launcher == "torchrun" else self.launcher
             raise LaunchConfigError(
-                f"this process was started by {self.launcher}, which already chose the processes; "
+                f"this process was started by {who}, which already chose the processes; "
                 f"drop nproc_per_node={n} (and the node options) or run the script without the launcher"
             )
         given = {"nnodes": nnodes, "node_rank": node_rank, "master_addr": master_addr, "master_port": master_port}

@@ -13,6 +13,10 @@ from .._topology import Topology
 StartMethod: TypeAlias = Literal["spawn", "fork", "forkserver"]
 
 NATIVE_SPAWNABLE = ("gloo", "nccl")
+#: the most ranks one launch starts on one node: more is a typo (a machine starts far fewer usefully)
+MAX_LOCAL_RANKS = 1024
+#: the most ranks of one world (torch numbers them with 32-bit integers)
+MAX_WORLD_SIZE = 2**31 - 1
 
 
 @attrs.frozen(kw_only=True)
@@ -84,8 +88,15 @@ class LaunchPlan:
             _int_arg(name, getattr(self, name))
         if self.nproc_per_node < 1:
             raise LaunchConfigError(f"nprocs/nproc_per_node must be at least 1, got {self.nproc_per_node}")
+        if self.nproc_per_node > MAX_LOCAL_RANKS:
+            raise LaunchConfigError(
+                f"nprocs/nproc_per_node={self.nproc_per_node} is more than {MAX_LOCAL_RANKS} processes on one "
+                "node; pass the number of ranks this node should run"
+            )
         if self.nnodes < 1:
             raise LaunchConfigError(f"nnodes must be at least 1, got {self.nnodes}")
+        if self.world_size > MAX_WORLD_SIZE:
+            raise LaunchConfigError(f"nprocs x nnodes = {self.world_size} ranks is more than {MAX_WORLD_SIZE}")
         if not 0 <= self.node_rank < self.nnodes:
             raise LaunchConfigError(
                 f"node_rank={self.node_rank} is outside 0..{self.nnodes - 1} (nnodes={self.nnodes})"

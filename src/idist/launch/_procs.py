@@ -16,16 +16,20 @@ from typing import Any, TypeVar
 import attrs
 
 from .._errors import LaunchError
+from . import _sessions
 from ._child import ChildSpec, child_main
-from ._handle import SpawnHandle, _Rank
+from ._handle import SpawnHandle
 from ._plan import LaunchPlan, check_start_method, checked_args
 from ._ports import LOOPBACK, PortReservation, reserve_port
+from ._stopping import Held, Rank
 
 R = TypeVar("R")
 
 #: Per-rank variables from an enclosing launcher that would contradict the rank the child
 #: is given; removed in the child.
 INHERITED_RANK_VARS = (
+    # idist run, idist.spawn
+    "IDIST_LAUNCHER",
     # torchrun
     "GROUP_WORLD_SIZE",
     "ROLE_RANK",
@@ -81,12 +85,15 @@ def start(
     init_kwargs: Mapping[str, object] | None = None,
     rank_env: bool = True,
     extra_env: Mapping[str, str] | None = None,
+    join: bool = False,
 ) -> SpawnHandle[R]:
     """Start ``plan.nproc_per_node`` ranks running ``fn``; see ``idist.spawn``.
 
     ``rank_env=False`` starts processes that are not ranks themselves (a launcher such as
     ``horovod.run`` inside them starts the ranks): no port is reserved and no RANK,
     MASTER_ADDR... is set for them. ``extra_env``: more variables for every process.
+    ``join``: wait for them here, so that no moment between the start and the wait lets a
+    Ctrl-C leave them running.
     """
     args = checked_args(fn, args)
     check_start_method(start_method)
@@ -99,8 +106,8 @@ def start(
     elif rank_env:
         plan = attrs.evolve(plan, master_addr=addr)
     ctx: Any = mp.get_context(start_method)  # typeshed: a BaseContext, which has no Process
-    ranks: list[_Rank] = []
-    handle: SpawnHandle[R] = SpawnHandle(ranks, reservation, plan)
+    ranks: list[Rank] = []
+    handle: SpawnHandle[R] = SpawnHandle(ranks, reservation, plan, _sessions.Sweeper())
     # -1: a forkserver child's parent is the server; a launch from another thread than the main
     # one may outlive that thread, and PR_SET_PDEATHSIG would follow the thread
     main_thread = threading.current_thread() is threading.main_thread()
@@ -118,6 +125,7 @@ def start(
                 "NNODES": str(t.nnodes),
                 "MASTER_ADDR": addr,
                 "MASTER_PORT": str(plan.master_port),
+                "IDIST_LAUNCHER": "idist.spawn",
             }
             env = {**(env if rank_env else {}), **(extra_env or {})}
             spec = ChildSpec(
@@ -134,21 +142,29 @@ def start(
             )
             reader, writer = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=child_main, args=(spec, writer), daemon=daemon, name=f"idist-rank-{rank}")
-            try:
-                proc.start()
-            except Exception as e:
-                reader.close()
-                writer.close()
-                hint = (
-                    "with start_method='spawn', fn and args must be picklable: fn a module-level function "
-                    "(not a lambda, closure or a function defined in `python -c`)"
-                    if start_method != "fork"
-                    else "see the error above"
-                )
-                raise LaunchError(f"could not start rank {rank}: {type(e).__name__}: {e}; {hint}") from e
-            writer.close()  # the child holds the only write end: EOF means it is gone
-            ranks.append(_Rank(local, rank, proc, reader))
+            with Held():  # a Ctrl-C here waits until the rank is in ``ranks``, which the clean-up stops
+                try:
+                    proc.start()
+                except Exception as e:
+                    reader.close()
+                    writer.close()
+                    why = f"{type(e).__name__}: {e}; {_hint(start_method)}"
+                    raise LaunchError(f"could not start rank {rank}: {why}") from e
+                writer.close()  # the child holds the only write end: EOF means it is gone
+                ranks.append(Rank(local, rank, proc, reader))
+                handle.watch(proc.pid)
+        if join:
+            handle.join()
     except BaseException:
         handle._stop()
         raise
     return handle
+
+
+def _hint(start_method: str) -> str:
+    if start_method == "fork":
+        return "see the error above"
+    return (
+        "with start_method='spawn', fn and args must be picklable: fn a module-level function "
+        "(not a lambda, closure or a function defined in `python -c`)"
+    )

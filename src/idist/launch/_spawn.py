@@ -205,7 +205,7 @@ def torch_mp_spawn(
         raise LaunchConfigError(f"nprocs={nprocs} and nproc_per_node={nproc_per_node} disagree; pass one of them")
     n = nprocs if nprocs is not None else nproc_per_node if nproc_per_node is not None else 1
     plan = LaunchPlan.from_arguments(n, nnodes, node_rank, master_addr, master_port)
-    handle: SpawnHandle[R] = start(fn, args, {}, plan, daemon=daemon, start_method=start_method)
+    handle: SpawnHandle[R] = start(fn, args, {}, plan, daemon=daemon, start_method=start_method, join=join)
     return _finish(handle, join)
 
 
@@ -263,12 +263,10 @@ def ignite_spawn(
         start_method=start_method,
         backend=name,
         init_kwargs=init,
+        join=join,
     )
     return _finish(handle, join)
 
 
 def _finish(handle: SpawnHandle[R], join: bool) -> list[R] | SpawnHandle[R]:
-    if not join:
-        return handle
-    handle.join()
-    return handle.results
+    return handle.results if join else handle  # joined already, inside ``start``

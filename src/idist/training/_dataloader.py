@@ -12,7 +12,8 @@ same steps: a rank the last step leaves without a sample gets an empty batch the
 from __future__ import annotations
 
 import logging
-from collections.abc import Sized
+import weakref
+from collections.abc import Mapping, Sized
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -25,7 +26,7 @@ from torch.utils.data.dataloader import (
 from typing_extensions import Unpack
 
 from .._errors import TrainingSetupError
-from ._epochs import EpochClock, Pass, Steps, warn_tail
+from ._epochs import EpochClock, LoaderState, Pass, Steps, position, restore, warn_tail
 from ._feed import Feed, feed_of
 from ._iterable import ShardedIterableDataset, shard_or_warn
 from ._options import AutoDataLoaderOptions, DataLoaderOptions
@@ -64,9 +65,13 @@ class AutoDataLoader(DataLoader[T_co]):
         sharded = getattr(batches, "sampler", None)
         self._steps: Steps | None = None
         self._feed: Feed | None = None
+        #: idist's sampler under torch's BatchSampler: the one order whose position a state can hold
+        self._sharded: _ShardedBase | None = None
+        #: the last pass begun, while its iterator lives (a pass left early is forgotten with it)
+        self._pass: weakref.ref[Pass] | None = None
         if isinstance(batches, BatchSampler) and isinstance(sharded, _ShardedBase):
             self._steps = Steps(sharded, batches.batch_size, bool(sharded._empty_pads))
-            self._feed = sharded._feed
+            self._feed, self._sharded = sharded._feed, sharded
         #: (world size, rank) auto_dataloader built it for: wrapping it again there changes nothing
         self._built_for: tuple[int, int] | None = None
 
@@ -80,6 +85,18 @@ class AutoDataLoader(DataLoader[T_co]):
     def epoch(self) -> int | None:
         """The epoch of the current (or last) pass; None before the first one."""
         return None if self._clock is None else self._clock.last
+
+    def state_dict(self) -> LoaderState:
+        """``{"epoch", "samples", "global_batch"}``: the pass under way (else the next one) and the
+        global samples it yielded; the same on every rank, whatever the world size."""
+        current = self._pass() if self._pass is not None else None
+        return position(self._clock, current, self._sharded, self.global_batch_size)
+
+    def load_state_dict(self, state: Mapping[str, object], /) -> None:
+        """Continue from ``state`` (any world size): the next pass yields the rest of its epoch's global
+        batches over this loader's ranks. ``TrainingSetupError`` if this loader's global batch differs."""
+        restore(self._clock, self._sharded, self.global_batch_size, state)
+        self._pass = None
 
     def __len__(self) -> int:
         ds = self.dataset
@@ -95,7 +112,11 @@ class AutoDataLoader(DataLoader[T_co]):
 
     def _begin_pass(self) -> Pass:
         start = getattr(self.batch_sampler, "start_iteration", None)  # ignite's ReproducibleBatchSampler resumes
-        return Pass(self._clock, start if isinstance(start, int) else 0, self._steps, self._feed)
+        if not isinstance(start, int):
+            start = self._sharded.start // self._steps.global_batch if self._sharded and self._steps else 0
+        begun = Pass(self._clock, start, self._steps, self._feed)
+        self._pass = weakref.ref(begun)
+        return begun
 
 
 def _samplers(loader: DataLoader[Any]) -> list[object]:

@@ -12,10 +12,11 @@ and which batches hold only repeated samples (emptied unless ``even_batches=True
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol, TypeVar, cast, final
+from typing import TYPE_CHECKING, Protocol, TypedDict, TypeVar, cast, final
 
 import torch
 
+from .._errors import TrainingSetupError
 from ._sampler import _count, _ShardedBase, rank_count
 from ._warn import warn
 
@@ -115,7 +116,7 @@ class Steps:
 class Pass:
     """One pass over a loader: its epoch, the next step, and where each batch's weight goes."""
 
-    __slots__ = ("clock", "done", "epoch", "feed", "step", "steps")
+    __slots__ = ("__weakref__", "clock", "done", "epoch", "feed", "step", "steps")
 
     def __init__(self, clock: EpochClock | None, start: int, steps: Steps | None, feed: Feed | None) -> None:
         self.clock = clock
@@ -185,3 +186,78 @@ def warn_tail(sampler: _ShardedBase, b: int | None, drop_last: bool, even_batche
         "feeding one model, makes that step differ: pass drop_last=True (or a dataset length that divides by "
         f"{steps.global_batch}) to avoid it"
     )
+
+
+class LoaderState(TypedDict):
+    """An ``AutoDataLoader``'s ``state_dict()``."""
+
+    #: the epoch of the pass under way, else of the next pass
+    epoch: int
+    #: global samples that pass has yielded (steps x global batch)
+    samples: int
+    #: the global batch they were counted in (None: no automatic batching, or a custom batch_sampler)
+    global_batch: int | None
+
+
+def position(
+    clock: EpochClock | None, current: Pass | None, sharded: _ShardedBase | None, unit: int | None
+) -> LoaderState:
+    """A loader's resumable state: the epoch of the pass under way (else the next one's), the global
+    samples that pass has yielded (``unit`` a step), and the global batch they were counted in.
+
+    ``current`` is None once its iterator is gone: a pass left early changes nothing.
+    """
+    if current is not None and not current.done and current.clock is not None:
+        epoch, samples = current.epoch, current.step * (unit or 0)
+        if sharded is not None:
+            samples = min(samples, sharded.total_size)
+    elif sharded is not None:
+        epoch, samples = sharded.epoch, sharded.start
+    elif clock is not None:
+        found = getattr(clock.target, "epoch", None)
+        epoch, samples = (found if isinstance(found, int) else clock._next), 0
+    else:
+        epoch, samples = 0, 0
+    return {"epoch": epoch, "samples": samples, "global_batch": unit}
+
+
+def _count_of(state: Mapping[str, object], key: str, allow_none: bool = False) -> int | None:
+    value = state.get(key)
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TrainingSetupError(f"a loader's state needs {key!r}: an int >= 0, got {value!r} (state {dict(state)!r})")
+    return value
+
+
+def restore(clock: EpochClock | None, sharded: _ShardedBase | None, unit: int | None, state: object) -> None:
+    """Put a loader at ``state`` (``position``'s): the next pass is the saved epoch from the saved sample.
+
+    The saved global batch must be this loader's, else the rest of the epoch would be other
+    batches (``TrainingSetupError``, nothing changed).
+    """
+    if not isinstance(state, Mapping):
+        raise TrainingSetupError(f"a loader's state is a mapping (its state_dict()), got {type(state).__name__}")
+    st = cast("Mapping[str, object]", state)
+    epoch, samples = _count_of(st, "epoch"), _count_of(st, "samples")
+    saved = _count_of(st, "global_batch", allow_none=True)
+    if saved is not None and unit is not None and saved != unit:
+        world = sharded.num_replicas if sharded is not None else 1
+        raise TrainingSetupError(
+            f"the saved loader state counts samples in a global batch of {saved}, but this loader loads a global "
+            f"batch of {unit} ({unit // world} per rank on {world} ranks): the rest of the run would train on other "
+            f"batches. Build it with batch_size={saved}, and choose a global batch that divides by every world size "
+            "the job may run at"
+        )
+    if samples and (sharded is None or unit is None or samples % unit):
+        raise TrainingSetupError(
+            f"the saved loader state is {samples} samples into epoch {epoch}, and this loader cannot start there: "
+            "only idist's own sampler (no sampler=, batch_sampler= or IterableDataset) with a batch_size resumes "
+            "mid-epoch; save at the end of an epoch instead"
+        )
+    if sharded is not None:
+        sharded.epoch, sharded.start, sharded.epoch_was_set = cast(int, epoch), cast(int, samples), False
+    elif clock is not None:
+        clock.set_epoch(cast(int, epoch))
+    elif epoch:
+        raise TrainingSetupError(f"this loader's order does not depend on epochs; it cannot resume epoch {epoch}")

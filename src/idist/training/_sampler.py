@@ -106,6 +106,8 @@ class _ShardedBase(DistributedSampler[int]):
         self.even_batches = even_batches
         self.total_size = shard_plan(length, num_replicas, drop_last, even_batches, batch_size)
         self.num_samples = rank_count(self.total_size, num_replicas, rank)
+        #: global positions the next pass skips (a resumed epoch, ``load_state_dict``); its ``__iter__`` clears it
+        self.start = 0
         #: set by ``set_epoch``, cleared when a loader starts a pass (an explicit epoch wins)
         self.epoch_was_set = False
         #: set by auto_dataloader: the context's feed, and whether a batch of repeated samples is emptied
@@ -134,9 +136,12 @@ class _ShardedBase(DistributedSampler[int]):
         seq = self._sequence()
         if self.total_size > len(seq):  # even_batches: repeat from the start
             seq = (seq * (-(-self.total_size // max(len(seq), 1))))[: self.total_size]
-        return iter(seq[self.rank : self.total_size : self.num_replicas])
+        start, self.start = self.start, 0
+        return iter(seq[start + self.rank : self.total_size : self.num_replicas])
 
     def __len__(self) -> int:
+        if self.start:
+            return rank_count(max(self.total_size - self.start, 0), self.num_replicas, self.rank)
         return self.num_samples
 
 

@@ -19,6 +19,7 @@ import torch
 
 from ..._errors import CollectiveInputError
 from ..._exchange import LockStep
+from ..._inplace import plain, resolved, write
 from . import _lib
 from ._lib import mapped_errors
 
@@ -70,7 +71,7 @@ class HorovodComm:
         hvd = _lib.hvd
         pending = []
         for index, t in enumerate(tensors):
-            work = t if t.is_contiguous() else t.contiguous()
+            work = t if t.is_contiguous() and plain(t) else resolved(t).contiguous()
             raw = work.reshape(-1).view(torch.uint8)
             if raw.numel() == 0:
                 continue
@@ -86,22 +87,22 @@ class HorovodComm:
             except BaseException as exc:  # wait for the others too: their names are reused next call
                 failure = failure or exc
                 continue
-            if work is not t:
-                t.copy_(work)
+            if work is not t and src != self.group_rank:  # src's own tensor is only read
+                write(t, work)
         if failure is not None:
             raise failure
 
     def allreduce(self, t: torch.Tensor, op: str) -> None:
         """In place with a native Horovod op; ``t`` must have a dtype Horovod reduces (``_fold``)."""
         hvd = _lib.hvd
-        work = t if t.is_contiguous() else t.contiguous()
+        work = t if t.is_contiguous() and plain(t) else resolved(t).contiguous()
         step = self.lockstep
         step.seq = (step.seq + 1) % AR_NAMES
         name = self._name("ar", str(step.seq))
         with mapped_errors("all_reduce"):
             hvd.synchronize(hvd.allreduce_async_(work, name=name, op=_lib.op_code(op), process_set=self.process_set))
         if work is not t:
-            t.copy_(work)
+            write(t, work)
 
     def barrier(self) -> None:
         with mapped_errors("barrier"):

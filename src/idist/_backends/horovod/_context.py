@@ -18,6 +18,7 @@ from ... import _codec, _exchange
 from ..._context import DistContext
 from ..._errors import CollectiveInputError, TrainingSetupError, UnsupportedOpError
 from ..._group import Group, check_ranks
+from ..._inplace import resolved, write
 from ..._types import (
     COMMON_OPS,
     BoolReduceOp,
@@ -105,28 +106,28 @@ class HorovodContext(DistContext[HorovodComm]):
         if t.device.type != "cpu" and not _lib.hvd.cuda_built():
             work = t.cpu()
             self._allreduce_tensor(work, op, comm)
-            t.copy_(work)
+            write(t, work)
         elif dtype in NATIVE_REDUCE and op not in ("AND", "OR"):
             comm.allreduce(t, op)
         elif dtype == torch.bool:
             work = t.to(torch.int32)
             comm.allreduce(work, {"AND": "MIN", "OR": "MAX"}.get(op, op))
-            t.copy_(work)
+            write(t, work)
         elif dtype in WIDEN and op not in ("AND", "OR"):
             work = t.to(WIDEN[dtype])
             comm.allreduce(work, op)
-            t.copy_(work)
+            write(t, work)
         elif dtype.is_complex:
-            work = torch.view_as_real(t.contiguous())
+            work = torch.view_as_real(resolved(t).contiguous())
             comm.allreduce(work, op)
-            t.copy_(torch.view_as_complex(work))
+            write(t, torch.view_as_complex(work))
         elif dtype == torch.uint64 and op in ("SUM", "PRODUCT"):
             # Same bits modulo 2**64 as unsigned arithmetic.
             work = t.contiguous().view(torch.int64)
             comm.allreduce(work, op)
-            t.copy_(work.view(torch.uint64))
+            write(t, work.view(torch.uint64))
         else:
-            t.copy_(fold_tensors(op, self._gather_same_shape(t, comm, op)))
+            write(t, fold_tensors(op, self._gather_same_shape(t, comm, op)))
 
     def _gather_same_shape(self, t: torch.Tensor, comm: HorovodComm, op: str) -> list[torch.Tensor]:
         """Every rank's exact tensor, checked for the same shape and dtype on every rank."""
@@ -146,7 +147,8 @@ class HorovodContext(DistContext[HorovodComm]):
         if t.device.type != "cpu" and not _lib.hvd.cuda_built():
             work = t.cpu()
             comm.broadcast(work, src)
-            t.copy_(work)
+            if src != comm.group_rank:  # src's own tensor is only read
+                write(t, work)
         else:
             comm.broadcast(t, src)
 
@@ -230,5 +232,5 @@ class HorovodContext(DistContext[HorovodComm]):
                 if "No Adasum operation" not in str(exc):
                     raise
                 world.no_native_adasum.add(x.device.type)
-        x.copy_(adasum_tree(self._gather_same_shape(x, world, "ADASUM")))
+        write(x, adasum_tree(self._gather_same_shape(x, world, "ADASUM")))
         return x

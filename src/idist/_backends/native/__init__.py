@@ -1,14 +1,12 @@
 """torch.distributed (gloo, nccl, mpi): the context, its comm, checked mode, DDP wrapping.
 
-_context   NativeContext: hooks over one ProcessGroup
-_create    factories: arguments/launcher environment, adoption, in-process (simulated)
-_comm      NativeComm: byte and tensor collectives on a ProcessGroup, its failure path
-_guard     checked mode, failure verdicts, stall reports, section timeouts
-_verdict   Verdict (a failure judged), bounded store calls
-_liveness  heartbeats on the store and the watcher that finds silent peers
-_inflight  tensors gloo's worker threads still hold (clean interpreter exit)
-_reaper    freeing groups a collective still uses
-_ddp       auto_model's DistributedDataParallel
+_context, _create, _adopt   NativeContext and its factories; _comm: collectives on a ProcessGroup
+_guard, _verdict            checked mode, failures judged into verdicts, section timeouts
+_tally, _keys               arrivals counted with add (join, stall reports); keys in the store
+_liveness, _board, _pulse   who stopped answering: a node's shared board, one beat per node,
+                            the monitor and the lost-ranks record; _stuck: torch's own waits
+_inflight, _reaper          tensors gloo still holds (clean exit); freeing groups still in use
+_ddp, _fsdp                 auto_model's DistributedDataParallel and fully_shard
 """
 
 from ._context import NativeContext

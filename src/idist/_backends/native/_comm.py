@@ -9,85 +9,31 @@ guard (``_failed``, read it top to bottom) and releases this comm's group.
 from __future__ import annotations
 
 import datetime
-import functools
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, Work
+from torch._C._distributed_c10d import BarrierOptions, BroadcastOptions, Work
 
-from ..._errors import GroupBrokenError, IdistError
+from ..._errors import IdistError
 from ..._exchange import LockStep
+from ..._inplace import divide, plain, resolved, write
 from ._guard import Guard
 from ._inflight import FAILED_SECONDS, InFlight
 from ._liveness import Lost
+from ._pg import GATHER, REDUCE_OPTIONS, BrokenPG, PGLike, gather_options, reduce_options
 from ._reaper import bury
 from ._verdict import Fault
 
-_TORCH_OPS = {
-    "SUM": dist.ReduceOp.SUM,
-    "PRODUCT": dist.ReduceOp.PRODUCT,
-    "MIN": dist.ReduceOp.MIN,
-    "MAX": dist.ReduceOp.MAX,
-    "AND": dist.ReduceOp.BAND,
-    "OR": dist.ReduceOp.BOR,
-    "AVERAGE": dist.ReduceOp.AVG,
-}
-
-
-class PGLike(Protocol):
-    """The methods idist calls on a torch ProcessGroup or a backend (ProcessGroupGloo...)."""
-
-    def allreduce(self, tensors: list[torch.Tensor], opts: AllreduceOptions, /) -> Work: ...
-    def allgather(
-        self,
-        output_tensors: list[list[torch.Tensor]],
-        input_tensors: list[torch.Tensor],
-        opts: AllgatherOptions = ...,
-        /,
-    ) -> Work: ...
-    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: AllgatherOptions = ..., /) -> Work: ...
-    def broadcast(self, tensors: list[torch.Tensor], opts: BroadcastOptions, /) -> Work: ...
-    def barrier(self, opts: BarrierOptions = ..., /) -> Work: ...
-
-
-@functools.lru_cache(maxsize=64)  # a few (op, section timeout) pairs; checked mode uses one per call
-def _options(op: str, timeout: datetime.timedelta | None = None) -> AllreduceOptions:
-    opts = AllreduceOptions()
-    opts.reduceOp = _TORCH_OPS[op]  # type: ignore[assignment]  # torch's stub types it as its enum class
-    if timeout is not None:
-        opts.timeout = timeout
-    return opts
-
-
-_OPTIONS = {op: _options(op) for op in _TORCH_OPS}
-
-
-@functools.lru_cache(maxsize=16)
-def _gather_options(timeout: datetime.timedelta | None = None) -> AllgatherOptions:
-    opts = AllgatherOptions()
-    if timeout is not None:
-        opts.timeout = timeout
-    return opts
-
-
-_GATHER = _gather_options()
-
-
-@attrs.frozen
-class BrokenPG:
-    """What a broken group's comms hold instead of their process group: every call raises why."""
-
-    reason: str
-
-    def _raise(self, *args: object) -> Work:
-        raise GroupBrokenError(f"the group is broken ({self.reason}); finalize this context and create a new one")
-
-    allreduce = allgather = _allgather_base = broadcast = barrier = _raise
+#: a wait's slices are a quarter of liveness's interval (a node's ranks, which share one view,
+#: all stop within one); the store is asked once an interval whether a peer failed (Guard.look)
+SLICES_PER_LOOK = 4
+#: a wait's first slice: after it, a peer that failed before communicating learns that this rank waits
+FIRST_LOOK = datetime.timedelta(seconds=0.1)
 
 
 @attrs.define(eq=False)
@@ -118,16 +64,17 @@ class NativeComm:
     torch_group: dist.ProcessGroup | None = None
     #: collectives of this comm running now (on any thread): its group cannot be destroyed
     busy: int = 0
-    calling: str | None = None  # the user's call its collectives serve now, when named otherwise (checked mode)
+    #: the user's call its collectives serve now, when named otherwise (checked mode's comparison,
+    #: nccl's barrier): what a failure and the stall mark name
+    calling: str | None = None
 
-    def _mark(self, what: str) -> None:
-        """Count this backend call; with stall marks on, note it where the launcher can read it."""
+    def _mark(self, what: str | None) -> None:
+        """Count this backend call; with stall marks on, note it (None: that it returned) for the launcher."""
         step = self.lockstep
-        step.seq += 1
+        step.seq += 0 if what is None else 1
         marks = self.guard.marks
         if marks is not None:
-            group = "world" if self.key == "world" else str(list(self.ranks))
-            marks.write(step.seq, what.encode(), group.encode()[:40])
+            marks.write(step.seq, None if what is None else self.calling or what, self.key, self.ranks)
 
     def _wait(self, work: Callable[[], Work | tuple[Work, Work]], what: str, *tensors: torch.Tensor) -> None:
         self._mark(what)
@@ -149,6 +96,7 @@ class NativeComm:
         if not done:
             del work  # it reaches the group, whose connections the failure closes
             raise self._failed(what, failure, lost, began) from failure
+        self._mark(None)
 
     def _run(self, start: Callable[[list[torch.Tensor], Any], Work], t: torch.Tensor, opts: object, what: str) -> None:
         """``_wait`` for the one-tensor calls, without its closures (the hot path)."""
@@ -174,28 +122,38 @@ class NativeComm:
         if not done:
             del start  # a bound method of the group, whose connections the failure closes
             raise self._failed(what, failure, lost, began) from failure
+        self._mark(None)
 
     def _finish_all(self, started: Work | tuple[Work, Work]) -> Lost | None:
         for work in started if isinstance(started, tuple) else (started,):
-            lost = self._finish(work)
-            if lost is not None:
+            if (lost := self._finish(work)) is not None:
                 return lost
         return None
 
     def _finish(self, work: Work) -> Lost | None:
-        """Wait for ``work`` (raising the backend's error) in slices, asking the liveness watcher
-        between two: what it found about this group's ranks ends the wait, the work in flight."""
+        """Wait for ``work`` (raising the backend's error) in slices, the first one short: between
+        two, the liveness watcher says whether it lost a rank of this group (which ends the wait,
+        the work in flight), and the guard tells a peer that failed before communicating at this
+        call that this rank is in it (``Guard.look``: that peer then breaks the group)."""
         slice = self.slice
-        while slice is not None:
+        if slice is None:
+            work.wait()
+            return None
+        wait = min(slice, FIRST_LOOK)
+        looks = 0
+        while True:
             try:
-                work.wait(slice)
+                work.wait(wait)
                 return None
             except RuntimeError:
                 if work.is_completed():  # it failed: the wait below raises the backend's error
                     break
-            lost = self.guard.lost(self.ranks)
-            if lost is not None:
+            if (lost := self.guard.lost(self.ranks)) is not None:
                 return lost
+            if looks % SLICES_PER_LOOK == 0:  # the store once an interval; the watcher every slice
+                self.guard.look(self)
+            looks += 1
+            wait = slice
         work.wait()
         return None
 
@@ -205,11 +163,13 @@ class NativeComm:
         records its own arrival); the guard hears who else arrived; the group is broken."""
         if exc is not None:
             traceback.clear_frames(exc.__traceback__)  # their work objects hold the group's connections
-        call = call if self.calling is None else f"{self.calling} (checked mode's comparison)"
+        call = self.calling or call
         guard = self.guard
-        verdict = guard.judge(self, call, exc, lost, time.monotonic() - began)
+        # woken by a peer's failure: what liveness knows (a store cut off) needs no store call
+        known = lost if lost is not None or exc is None else guard.lost(self.ranks)
+        verdict = guard.judge(self, call, exc, known, time.monotonic() - began)
         self.release(verdict.reason, stuck=lost is not None)
-        if lost is None and verdict.fault is not Fault.BROKEN:
+        if known is None and verdict.fault is not Fault.BROKEN:
             verdict = guard.report(self, verdict)
         guard.broken = guard.broken or verdict.reason
         return verdict.error()
@@ -242,7 +202,7 @@ class NativeComm:
             buf = buf.to(self.stage)
         out = torch.empty(n * buf.numel(), dtype=torch.uint8, device=buf.device)
         sections = self.guard.sections
-        opts = _gather_options(sections[-1]) if sections else _GATHER
+        opts = gather_options(sections[-1]) if sections else GATHER
         if self.flat:
             self._wait(lambda: self.pg._allgather_base(out, buf, opts), "all_gather", out, buf)
         else:
@@ -262,24 +222,38 @@ class NativeComm:
         return opts
 
     def broadcast(self, t: torch.Tensor, src: int) -> None:
+        """In place from group rank ``src``; src's ``t`` is only read (a copy goes out when ``t``
+        cannot be sent as it is), a receiver's is written as ``_inplace`` writes."""
         opts = self._broadcast_options(src)
-        if self.stage is None and t.is_contiguous():
+        if self._direct(t):
             self._run(self.pg.broadcast, t, opts, "broadcast")
-        else:
-            self._staged(t, lambda x: self._run(self.pg.broadcast, x, opts, "broadcast"))
+            return
+        work = self._stage(t)
+        self._run(self.pg.broadcast, work, opts, "broadcast")
+        if src != self.group_rank:
+            write(t, work)
 
     def broadcast_pair(self, head: torch.Tensor, data: torch.Tensor, src: int) -> None:
         """Both broadcasts start before either is waited for: the data does not wait for the header."""
         opts = self._broadcast_options(src)
         self._wait(lambda: (self.pg.broadcast([head], opts), self.pg.broadcast([data], opts)), "broadcast", head, data)
 
-    def allreduce(self, t: torch.Tensor, op: str) -> None:
+    def allreduce(self, t: torch.Tensor, op: str, divisor: int = 0) -> None:
+        """In place; with ``divisor``, the result divided by it (AVERAGE as SUM): a staged tensor
+        is divided before it is written back, so ``t`` never holds the sum once this returns."""
         sections = self.guard.sections
-        opts = _options(op, sections[-1]) if sections else _OPTIONS[op]
-        if self.stage is None and t.is_contiguous():
+        opts = reduce_options(op, sections[-1]) if sections else REDUCE_OPTIONS[op]
+        # _direct, inlined: the hot path
+        if self.stage is None and t.is_contiguous() and not (t.is_conj() or t.is_neg()):
             self._run(self.pg.allreduce, t, opts, "all_reduce")
-        else:
-            self._staged(t, lambda x: self._run(self.pg.allreduce, x, opts, "all_reduce"))
+            if divisor > 1:  # x / 1 is x, but would quiet a signalling NaN that serial keeps
+                divide(t, divisor)
+            return
+        work = self._stage(t)
+        self._run(self.pg.allreduce, work, opts, "all_reduce")
+        if divisor > 1:
+            work.div_(divisor)
+        write(t, work)
 
     def barrier(self) -> None:
         opts = BarrierOptions()
@@ -288,13 +262,13 @@ class NativeComm:
             opts.timeout = timeout
         self._wait(lambda: self.pg.barrier(opts), "barrier")
 
-    def _staged(self, t: torch.Tensor, run: Callable[[torch.Tensor], None]) -> None:
-        # The input is the result even when the backend needs another device or layout.
+    def _direct(self, t: torch.Tensor) -> bool:
+        """Whether the backend can use ``t`` as it is: on this comm's device, contiguous, plain."""
         stage = self.stage
-        if stage is not None and t.device == stage and t.is_contiguous():
-            run(t)
-            return
-        work = t.to(stage) if stage is not None else t
-        work = work.contiguous()
-        run(work)
-        t.copy_(work)
+        return (stage is None or t.device == stage) and t.is_contiguous() and plain(t)
+
+    def _stage(self, t: torch.Tensor) -> torch.Tensor:
+        """A copy of ``t`` the backend can use (``_direct``); the input stays the result (``write``)."""
+        stage = self.stage
+        work = resolved(t.to(stage) if stage is not None else t)
+        return work.contiguous() if work is not t else work.clone(memory_format=torch.contiguous_format)

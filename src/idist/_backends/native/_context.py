@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import weakref
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, Self, final
+from typing import Any, ClassVar, NoReturn, Self, final
 
 import attrs
 import torch
@@ -15,10 +15,12 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store
 
 from ..._context import DistContext
 from ..._errors import CollectiveInputError, IdistError, UnsupportedValueError
+from ..._inplace import resolved, write
 from . import _adopt, _create, _ddp
 from ._comm import NativeComm
 from ._guard import describe, fingerprint
 from ._inflight import Unheld
+from ._keys import built, group_key
 
 #: dtypes gloo has no kernels for (torch 2.13): broadcast moves their bytes, all_reduce refuses them
 _GLOO_MISSING = frozenset({torch.int16, torch.uint16, torch.uint32, torch.uint64})
@@ -92,7 +94,7 @@ class NativeContext(DistContext[NativeComm]):
         if self.rank not in ranks:
             return None
         world = self._state.world
-        key = "g" + "-".join(map(str, ranks))
+        key = group_key(ranks)  # a fixed length, whatever the group's size
         grank = ranks.index(self.rank)
         if self._groups is not None:
             return NativeComm(self._groups(ranks, grank), ranks, grank, world.guard, key=key, inflight=Unheld())
@@ -101,7 +103,7 @@ class NativeContext(DistContext[NativeComm]):
                 f"subgroups on a {self.backend} context without a store are not supported; "
                 "create the group with torch.distributed.new_group and pass it as group="
             )
-        store = PrefixStore(f"idist/group/{'-'.join(map(str, ranks))}", self._store)
+        store = PrefixStore(f"{world.guard.namespace}/{key}", self._store)
         pg: Any
         if self.backend == "gloo" and self.bind_address is not None:
             opts = ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private in torch's stubs
@@ -112,6 +114,8 @@ class NativeContext(DistContext[NativeComm]):
             pg = ProcessGroupGloo(store, grank, len(ranks), self.pg_timeout)
         else:
             pg = dist.ProcessGroupNCCL(store, grank, len(ranks), dist.ProcessGroupNCCL.Options())
+        if self.backend == "gloo":
+            built(store, len(ranks))  # gloo's rendezvous keys: deleted once every member connected
         return NativeComm(pg, ranks, grank, world.guard, stage=world.stage, key=key, slice=world.slice)
 
     def _native_group_comm(self, group: object) -> NativeComm | None:
@@ -153,18 +157,17 @@ class NativeContext(DistContext[NativeComm]):
 
     def _allreduce_tensor(self, t: torch.Tensor, op: str, comm: NativeComm) -> None:
         if op == "AVERAGE" and self.backend != "nccl":
-            comm.allreduce(t, "SUM")
-            t.div_(len(comm.ranks))
+            comm.allreduce(t, "SUM", divisor=len(comm.ranks))  # gloo and mpi have no AVG
             return
         comm.allreduce(t, op)
 
     def _broadcast_tensor(self, t: torch.Tensor, src: int, comm: NativeComm) -> None:
         if self.backend == "gloo" and t.dtype in _GLOO_MISSING:
             # a broadcast moves bits: send them as bytes, a dtype gloo has
-            work = t.contiguous()
+            work = resolved(t).contiguous()
             comm.broadcast(work.reshape(-1).view(torch.uint8), src)
-            if work is not t:
-                t.copy_(work)
+            if work is not t and src != comm.group_rank:  # src's own tensor is only read
+                write(t, work)
             return
         comm.broadcast(t, src)
 
@@ -176,7 +179,11 @@ class NativeContext(DistContext[NativeComm]):
         if comm.guard.checked and len(comm.ranks) > 1 and self.backend == "gloo":
             return  # checked mode just compared this call over the group: every rank has arrived
         if self.backend == "nccl":
-            comm.allreduce(torch.zeros(1, device=self.device), "SUM")
+            comm.calling = "barrier"  # what a failure of the all_reduce below names
+            try:
+                comm.allreduce(torch.zeros(1, device=self.device), "SUM")
+            finally:
+                comm.calling = None
         else:
             comm.barrier()
 
@@ -199,7 +206,11 @@ class NativeContext(DistContext[NativeComm]):
             # described only here: formatting a tensor's dtype/shape costs µs on every call
             guard.check(comm, fingerprint(call, op, describe(call, value), src, comm.ranks), error)
         elif error is not None:
-            verdict = guard.agree(comm, call, error) if len(comm.ranks) > 1 else None
+            # on the world, the call may have meant a group (a bad group=): peers waiting in one find it too
+            state = self._state
+            others = [c for c in (*state.comms.values(), *state.group_comms.values()) if c not in (None, comm)]
+            on_world = comm is state.world
+            verdict = guard.agree(comm, call, error, others if on_world else []) if len(comm.ranks) > 1 else None
             if verdict is not None:
                 self._break(verdict.reason)
                 error.add_note(
@@ -207,6 +218,11 @@ class NativeContext(DistContext[NativeComm]):
                     "finalize this context and create a new one"
                 )
             raise error
+
+    def _unpaired(self, comm: NativeComm, error: IdistError) -> NoReturn:
+        self._break(f"rank {self.rank}, which raised {type(error).__name__}: {error}")
+        error.add_note("the group is now broken on every rank: finalize this context and create a new one")
+        raise error
 
     def _broken(self) -> str | None:
         return self._state.world.guard.broken

@@ -19,10 +19,12 @@ from ..._errors import AlreadyInitializedError, BackendUnavailableError, LaunchE
 from ..._launch_env import LaunchInfo, detect
 from ..._topology import Topology
 from . import _rendezvous
-from ._comm import NativeComm, PGLike
+from ._comm import SLICES_PER_LOOK, NativeComm
 from ._guard import Guard, checked_from_env
 from ._inflight import InFlight, Unheld
-from ._liveness import attempt, heartbeat, limit_from
+from ._keys import built, farewell, namespace, serving_node
+from ._liveness import heartbeat, limit_from
+from ._pg import PGLike
 
 if TYPE_CHECKING:
     from ._context import NativeContext
@@ -89,23 +91,31 @@ def _build(
     bind: str | None = None,
     liveness: float = 0.0,
     groups: GroupMaker | None = None,
+    store_node: int | None = None,
 ) -> C:
     """The context over ``pg``; ``liveness`` is the limit in seconds of its heartbeat (0: none);
-    ``groups`` makes its subgroups' process groups (None: gloo over ``store``)."""
-    beat = heartbeat(store, info, liveness)
-    device = _device(name, info.topology.local_rank)
+    ``groups`` makes its subgroups' process groups (None: gloo over ``store``); ``store_node`` the
+    node that serves ``store``, when known (else the heartbeat finds it)."""
     t = info.topology
+    ns = namespace(store, t.rank, os.environ) if store is not None else "idist"
+    beat = heartbeat(store, info, liveness, prefix=f"{ns}/live", store_node=store_node)
+    device = _device(name, info.topology.local_rank)
+    nproc = t.nproc_per_node
     guard = Guard(
-        PrefixStore(f"idist/guard/{attempt(os.environ)}", store) if store is not None else None,
+        PrefixStore(f"{ns}/guard", store) if store is not None else None,
         timeout,
         checked=checked_from_env() if checked is None else checked,
-        store_host_ranks=tuple(range(t.nproc_per_node)),
-        nproc_per_node=t.nproc_per_node if t.nnodes > 1 else 0,
+        store_host_ranks=tuple(range(store_node * nproc, (store_node + 1) * nproc)) if store_node is not None else (),
+        nproc_per_node=nproc if t.nnodes > 1 else 0,
         liveness=beat,
         marks=_marks.from_env(os.environ),
+        namespace=ns,
     )
-    # gloo's waits can be cut into slices (between two, the watcher is asked about the peers)
-    sliced = datetime.timedelta(seconds=beat.interval) if beat is not None and name == "gloo" else None
+    # gloo's waits are cut into slices (NativeComm._finish asks the watcher and the guard between
+    # two); alone, a rank has no peer to wait for, and an in-process transport's calls wait inside
+    interval = beat.interval if beat is not None else 1.0
+    sliceable = name == "gloo" and t.world_size > 1 and groups is None
+    sliced = datetime.timedelta(seconds=interval / SLICES_PER_LOOK) if sliceable else None
     world = NativeComm(
         pg,
         tuple(range(t.world_size)),
@@ -130,6 +140,8 @@ def _build(
         _groups=groups,
         _state=state,
     )
+    if store is not None:  # runs last (on_close is a stack): the last rank to close deletes the keys
+        state.on_close.append(lambda: farewell(store, ns, t.world_size, guard.written, beat))
     if beat is not None:
         beat.start()
         state.on_close.append(beat.stop)
@@ -174,12 +186,11 @@ def create(
 ) -> C:
     """Initialize the default torch.distributed group for ``name`` and wrap it.
 
-    Topology comes from the arguments, else from the launcher's environment, else it is
-    a world of one on loopback with a free port. ``liveness`` is the seconds of silence after
-    which a peer is lost (default ``IDIST_LIVENESS``, else 30; 0 turns it off). Raises
-    ``BackendUnavailableError``, ``LaunchEnvironmentError`` (partial arguments or environment)
-    or ``AlreadyInitializedError`` (torch.distributed already initialized: use
-    ``idist.current()`` to adopt it instead).
+    Topology comes from the arguments, else from the launcher's environment, else it is a world
+    of one on loopback with a free port. ``liveness`` is the seconds of silence after which a peer
+    is lost (default ``IDIST_LIVENESS``, else 30; 0 turns it off). Raises ``BackendUnavailableError``,
+    ``LaunchEnvironmentError`` (partial arguments or environment) or ``AlreadyInitializedError``
+    (torch.distributed already initialized: use ``idist.current()`` to adopt it instead).
     """
     if unknown:
         raise TypeError(f"unknown options for backend {name!r}: {', '.join(sorted(unknown))}")
@@ -191,6 +202,7 @@ def create(
             "adopts it, or call torch.distributed.destroy_process_group() first"
         )
     td = _timeout(timeout)
+    store_node: int | None = None
     explicit = rank is not None or world_size is not None or store is not None
     # an init_method other than env:// is the rendezvous itself: MASTER_* are not needed
     own_rendezvous = init_method is not None and not init_method.startswith("env://")
@@ -220,8 +232,12 @@ def create(
         # Under torchrun the agent already serves the store on MASTER_PORT: every rank is a client.
         agent_store = info.launcher == "torchrun" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
         store = _rendezvous.tcp_store(addr, port, info, info.topology.rank == 0 and not agent_store, td)
-        if world > 1 and not agent_store:
-            _rendezvous.join(store, info, td, f"{addr}:{port}")
+        if agent_store:  # the agent's store outlives a restart: each attempt keeps its keys apart (as torch does)
+            store = PrefixStore(f"/worker/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+        else:
+            store_node = 0  # rank 0 serves it
+            if world > 1:
+                _rendezvous.join(store, info, td, f"{addr}:{port}")
     with _rendezvous.gloo_interface(bind):
         dist.init_process_group(
             name, init_method=init_method, store=store, rank=info.topology.rank, world_size=world, timeout=td
@@ -231,8 +247,20 @@ def create(
             store = dist.distributed_c10d._get_default_store()
         pg = dist.group.WORLD
         assert pg is not None
+        if store_node is None and limit > 0 and info.topology.nnodes > 1:
+            store_node = serving_node(store, info.topology.node_rank, _device(name, info.topology.local_rank))
         ctx = _build(
-            cls, name, pg, store, info, td, owns_default=True, checked=checked, bind=bind.address, liveness=limit
+            cls,
+            name,
+            pg,
+            store,
+            info,
+            td,
+            owns_default=True,
+            checked=checked,
+            bind=bind.address,
+            liveness=limit,
+            store_node=store_node,
         )
         key = id(pg)  # not pg itself: a broken context drops its last reference (closing its sockets)
         CREATED.add(key)
@@ -264,7 +292,9 @@ def create_in_process(
         opts = ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private in torch's stubs
         opts._timeout = td
         opts._devices = [ProcessGroupGloo.create_device(hostname=LOOPBACK)]  # in-process: loopback only
-        pg = cast(PGLike, ProcessGroupGloo(PrefixStore("idist/world", store), rank, world_size, opts))
+        rendezvous = PrefixStore("idist/world", store)
+        pg = cast(PGLike, ProcessGroupGloo(rendezvous, rank, world_size, opts))
+        built(rendezvous, world_size)  # its rendezvous keys: deleted once every rank connected
     info = _explicit_info(rank, world_size, None, None)
     info = attrs.evolve(info, launcher="simulated", decided_by={"world": "in-process store"})
     return _build(cls, "gloo", pg, store, info, td, owns_default=False, checked=checked, bind=LOOPBACK, groups=groups)

@@ -26,8 +26,11 @@ from torch._C._distributed_c10d import Store
 from ... import _codec, _exchange
 from ..._errors import CollectiveMismatchError, IdistError
 from ..._marks import Marks
+from . import _agreement
+from ._agreement import BROKEN_KEY
 from ._liveness import Heartbeat, Lost
-from ._verdict import Fault, Verdict, bounded, first_line, present, read
+from ._tally import Tally
+from ._verdict import Fault, Verdict, bounded, first_line, read
 
 if TYPE_CHECKING:
     from ._comm import NativeComm
@@ -36,10 +39,9 @@ if TYPE_CHECKING:
 STALL_GRACE = 3.0
 #: how long a checked collective waits for every rank before naming the absent ones
 CHECKED_WAIT = 10.0
-#: how long a rank that failed on its own waits for its peers to fail the same way
-AGREE_WINDOW = 0.3
-#: the key where the first rank that broke the group says why
-BROKEN_KEY = "idist/broken"
+#: how long a rank that failed on its own waits for its peers to fail the same way, on a backend
+#: whose waits cannot tell it that they are in the collective instead (nccl, mpi: see Guard.agree)
+BLIND_WINDOW = 0.3
 _SEP = "\x1f"
 _COMPARED = 5  # call, op, data, src, group (not the call site)
 #: hashes below 2**52 sum exactly in float64 on two ranks
@@ -105,7 +107,8 @@ class Guard:
     sections: list[datetime.timedelta] = attrs.Factory(list)
     #: why the group is broken (every call then raises at once); None while it is usable
     broken: str | None = None
-    #: the ranks on the node that serves the store (named when it stops answering)
+    #: the ranks on the node that serves the store, when known from the start (named when it
+    #: stops answering; else the heartbeat's finding)
     store_host_ranks: tuple[int, ...] = ()
     #: ranks per node, to name the nodes of missing ranks (0 for a one-node job: no node named)
     nproc_per_node: int = 0
@@ -115,10 +118,16 @@ class Guard:
     marks: Marks | None = None
     #: the one-element tensor two ranks sum their call hashes in (see ``check``)
     check_sum: torch.Tensor = attrs.Factory(lambda: torch.zeros((), dtype=torch.float64))
+    #: the failure this rank last told it waits in (see ``look``)
+    _told: str = ""
     #: how long a checked collective waits for every rank (a simulated world: its run's timeout)
     checked_wait: datetime.timedelta = attrs.Factory(lambda: datetime.timedelta(seconds=CHECKED_WAIT))
     #: how long a failing rank waits for its peers' stall reports (in one process: moments)
     stall_grace: float = STALL_GRACE
+    #: the context's namespace in the store (``_keys``): its subgroups' keys live there too
+    namespace: str = "idist"
+    #: the keys this guard wrote, relative to the namespace (deleted when the context closes)
+    written: list[str] = attrs.Factory(lambda: [f"guard/{BROKEN_KEY}"])
 
     @property
     def timeout(self) -> datetime.timedelta:
@@ -145,7 +154,7 @@ class Guard:
         wait = self.sections[-1] if self.sections else self.checked_wait
         self.sections.append(wait)  # an absent rank is named after this wait, not the group's timeout
         call = fp.split(_SEP, 1)[0]
-        comm.calling = call  # a failure names the user's call, not the comparison's collective
+        comm.calling = f"{call} (checked mode's comparison)"  # what a failure names: the user's call
         try:
             if (_same_on_two if len(comm.ranks) == 2 else _same_on_all)(comm, fp, error):
                 return
@@ -160,28 +169,38 @@ class Guard:
             raise CollectiveMismatchError(f"{call} differs between ranks:\n" + _table(comm.ranks, prints))
 
     # ------------------------------------------------ failures of one rank alone
-    def agree(self, comm: NativeComm, call: str, exc: IdistError) -> Verdict | None:
-        """Publish that this rank failed before communicating and wait briefly for its peers.
+    def agree(self, comm: NativeComm, call: str, exc: IdistError, others: Sequence[NativeComm] = ()) -> Verdict | None:
+        """Publish that this rank failed before communicating, and wait until every rank of the
+        group failed at the same call (None: nobody waits, the group stays usable) or one is found
+        in the collective instead (its wait looks, ``look``), lost, or absent for the timeout in
+        force (the verdict that this rank broke the group). ``others``: comms this rank may have
+        meant (a bad group's), where a waiting peer also finds the failure.
 
-        None when every rank of the group failed at the same call (nobody waits; the group stays
-        usable), else the verdict that this rank broke the group.
-        """
+        A group whose waits cannot look (nccl, mpi) waits ``BLIND_WINDOW`` for the others."""
         store = self.store
         if store is not None:
-            step = comm.lockstep
-            prefix = f"idist/fail/{comm.key}/{step.seq}.{step.agreed}/"
-            keys = [f"{prefix}{r}" for r in range(len(comm.ranks))]
-
-            def publish_and_wait() -> bool:
-                store.set(keys[comm.group_rank], f"{type(exc).__name__}: {exc}")
-                return all(present(store, keys, AGREE_WINDOW))
-
-            if bounded(publish_and_wait, AGREE_WINDOW + 1.0):
-                step.agreed += 1
+            comms = [comm, *others]
+            self.written.extend(f"guard/{_agreement.fail_key(c)}" for c in comms)  # deleted at close
+            limit = self.timeout.total_seconds() if comm.slice is not None else BLIND_WINDOW
+            if _agreement.wait_for_peers(store, comms, limit, lambda: self.lost(comm.ranks)):
+                for c in comms:
+                    c.lockstep.agreed += 1
                 return None
         me = comm.ranks[comm.group_rank]
         why = f"rank {me}, which raised {type(exc).__name__}: {exc}"
         return Verdict(call, comm.ranks, Fault.BROKEN, why=why)
+
+    def look(self, comm: NativeComm) -> None:
+        """Between two slices of a wait in ``comm``: if a peer published that it failed before
+        communicating at this very call, add that this rank is in it (the peer then breaks the
+        group, which ends this wait). One bounded store request; once per call."""
+        store = self.store
+        if store is None:
+            return
+        key = _agreement.fail_key(comm, comm.lockstep.seq - 1)  # the collective this wait belongs to
+        if key != self._told and bounded(lambda: store.check([key]), 1.0):
+            self._told = key
+            bounded(lambda: store.add(key, len(comm.ranks) + 1), 1.0)
 
     def publish_broken(self, reason: str) -> None:
         """Mark the group broken here and tell the peers why (the first reason stays)."""
@@ -213,30 +232,40 @@ class Guard:
         return attrs.evolve(base, fault=Fault.TIMEOUT if timed_out else Fault.LOST, backend=said)
 
     def report(self, comm: NativeComm, verdict: Verdict) -> Verdict:
-        """``verdict`` with the ranks that did not reach this collective: this rank records that it
-        arrived and waits briefly for the others' records (each bounded: the store may be gone)."""
+        """``verdict`` with the ranks that did not reach this collective: this rank counts itself
+        in (``Tally``: O(1) requests) and waits briefly for the count to complete; if it does not,
+        one rank reads who came and posts who did not. Each step bounded: the store may be gone."""
         store = self.store
         if store is None:
             return verdict
-        prefix = f"idist/stall/{comm.key}/"
-        seq = comm.lockstep.seq
-        keys = [f"{prefix}{seq}/{r}" for r in range(len(comm.ranks))]
+        seq, size = comm.lockstep.seq, len(comm.ranks)
+        # one list for the group; a rank counts in at its collective and as one behind and ahead:
+        # a peer there failed with the same fault (its part still in flight, or already done)
+        roll, near = f"stall/{comm.key}/who", tuple(str(s) for s in (seq - 1, seq, seq + 1))
+        tallies = {
+            s: Tally(store, f"stall/{comm.key}/{s}", size, roll, str(seq), near) for s in (seq - 1, seq, seq + 1)
+        }
+        self.written.extend(f"guard/{key}" for tally in tallies.values() for key in tally.keys)
         grace = min(self.stall_grace, self.timeout.total_seconds())
 
         def tell() -> bool:
-            # also as one collective behind and ahead: a peer there failed with the same fault
-            # (its part of the last collective still in flight when it came, or already done)
-            for s in (seq, seq - 1, seq + 1):
-                store.set(f"{prefix}{s}/{comm.group_rank}", "1")
+            tallies[seq].note(comm.group_rank)
+            for tally in tallies.values():
+                tally.arrive(comm.group_rank, listed=False)
             return True
 
-        told = bounded(tell, 1.0)
-        arrived = bounded(lambda: present(store, keys, grace), grace + 1.0) if told else None
-        if arrived is not None:
-            return attrs.evolve(verdict, missing=tuple(comm.ranks[r] for r, ok in enumerate(arrived) if not ok))
+        def absent() -> list[int]:
+            tally = tallies[seq]
+            return [] if tally.wait(grace) else tally.missing(2.0)
+
+        missing = bounded(absent, grace + 3.0) if bounded(tell, 2.0) else None
+        if missing is not None:
+            return attrs.evolve(verdict, missing=tuple(comm.ranks[r] for r in missing))
         me = comm.ranks[comm.group_rank]
-        gone = tuple(r for r in comm.ranks if r in self.store_host_ranks and r != me)
-        why = "the rendezvous store on node 0 did not answer: that node is lost or unreachable"
+        served = (self.liveness.store_ranks if self.liveness is not None else ()) or self.store_host_ranks
+        gone = tuple(r for r in comm.ranks if r in served and r != me)
+        at = f" at {self.liveness.where}" if self.liveness is not None and self.liveness.where else ""
+        why = f"the store{at} did not answer: its node is lost or unreachable"
         return attrs.evolve(verdict, missing=gone, why=why)
 
 

@@ -1,26 +1,25 @@
-"""Liveness: each rank's heartbeat on the rendezvous store, watched by a daemon thread.
+"""Liveness: which peers stopped answering, at O(1) store requests per rank.
 
-A rank beats through a store connection of its own (a call on a store cut off by a partition
-hangs, and must not hold the context's). A collective that is still waiting after a slice
-asks ``lost(ranks)``: the ranks whose heartbeat did not change over ``limit`` seconds of
-rounds this watcher completed (a starved watcher judges nobody), or, when its own store call
-hangs or keeps failing past ``limit``, the ranks of node 0, which serves the store. A rank
-that computes for hours keeps beating: only a dead process, node or link goes silent. A rank
-blocked in torch's own collectives (DDP, FSDP) is ended by the watcher (``Stuck``).
-See docs/failures.md, "Liveness".
+A node's ranks watch each other on the node board (``_board``: shared memory, no store
+request); each node's speaker beats once per interval on the store, and the monitor on the
+store's node reads every beat at once (``_pulse``). Two daemon threads per rank: the watcher
+never calls the store (it ticks, reads the board, and looks at a main thread stuck in torch's
+own collectives: ``_stuck``); the store thread makes this rank's store calls, so a call that
+never returns is itself the signal: one in flight for half the limit, with none answered for
+the limit, names the store's node. A rank that computes for hours keeps ticking: only a dead
+process, node or link goes silent. See docs/failures.md "Liveness" and docs/scale.md.
 """
 
 from __future__ import annotations
 
 import atexit
 import math
-import os
-import sys
+import random
+import secrets
 import threading
 import time
-import traceback
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import cast
 
 import attrs
@@ -28,11 +27,16 @@ from torch._C._distributed_c10d import Store
 
 from ..._errors import LaunchEnvironmentError
 from ..._launch_env import LaunchInfo
+from ..._topology import Topology
+from ._board import OK, TICK, NodeBoard, Slot
+from ._keys import address, served_here
+from ._pulse import Pulse, node_key
+from ._stuck import Stuck
 
 #: seconds of silence after which a peer is lost, unless the option or the variable says
 DEFAULT_LIMIT = 30.0
 LIVENESS_VAR = "IDIST_LIVENESS"
-#: how long closing (or exiting) waits for the watcher's store call in flight
+#: how long closing (or exiting) waits for a store call in flight
 STOP_SECONDS = 1.0
 
 
@@ -54,7 +58,7 @@ def limit_from(value: float | None, env: Mapping[str, str]) -> float:
 
 
 def interval_for(limit: float) -> float:
-    """Seconds between two heartbeats (and between two looks of a waiting collective)."""
+    """Seconds between two beats (and two looks of the watcher, and of a waiting collective)."""
     return min(1.0, max(0.05, limit / 10))
 
 
@@ -68,103 +72,190 @@ class Lost:
 
 @attrs.define(eq=False)
 class Heartbeat:
-    """This rank's heartbeat and its view of every other rank's (one per context)."""
+    """This rank's part of liveness (one per context): its board slot, its store calls, its view."""
 
-    store: Store
-    rank: int
-    world_size: int
-    limit: float
-    #: the ranks on node 0, which serves the store (named when the store stops answering)
-    store_ranks: tuple[int, ...]
-    prefix: str = "idist/live"
+    pulse: Pulse
+    #: the store's address ("HOST:PORT"), named when it stops answering
+    where: str
+    #: look at the main thread (``Stuck``); off for the simulated ranks of a benchmark
+    watch_main: bool = True
+    _stuck: Stuck = attrs.Factory(Stuck)
     interval: float = attrs.field(init=False)
-    _beats: int = 0
-    #: every rank's last heartbeat value and when a completed round first saw it (None: not seen)
-    _values: list[bytes | None] = attrs.field(init=False)
-    _seen: list[float] = attrs.field(init=False)
-    _all_present: bool = False
-    _last_ok: float = attrs.field(init=False, factory=time.monotonic)
-    _pending: float | None = None
-    _failures: int = 0
+    _ticks: int = 0
+    #: each local rank's last tick and when this watcher first saw it
+    _seen: list[tuple[int, float]] = attrs.field(init=False)
+    _last_look: float = attrs.field(init=False, factory=time.monotonic)
+    #: local ranks silent for more than the limit (global rank -> seconds), from the last look
+    _quiet: dict[int, float] = attrs.Factory(dict)
+    _speaker: bool = False
+    #: set when stopped: nobody was lost and the store answered (its keys may then be deleted)
+    clean: bool = False
     _stop: threading.Event = attrs.field(init=False, factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _threads: list[threading.Thread] = attrs.Factory(list)
 
     def __attrs_post_init__(self) -> None:
         self.interval = interval_for(self.limit)
-        self._values = [None] * self.world_size
-        self._seen = [0.0] * self.world_size
+        self._seen = [(0, 0.0)] * self.topology.nproc_per_node
+
+    @property
+    def topology(self) -> Topology:
+        return self.pulse.topology
+
+    @property
+    def limit(self) -> float:
+        return self.pulse.limit
+
+    @property
+    def board(self) -> NodeBoard:
+        return self.pulse.board
+
+    @property
+    def rank(self) -> int:
+        return self.topology.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.topology.world_size
+
+    # ----------------------------------------------------------------- threads
+    def start(self, threads: bool = True) -> None:
+        """Tick once now (a rank stopped right after its context was made is still seen once),
+        then start the watcher and the store thread (``threads=False``: the caller calls ``tick``
+        every interval instead, as benchmarks/bench_scale.py does for thousands of ranks)."""
+        self._ticks = 1
+        self.board.post(TICK, 1)
+        ref = weakref.ref(self)
+        for name, body in (("idist-liveness", Heartbeat._look), ("idist-liveness-store", Heartbeat._round)):
+            if threads:
+                thread = threading.Thread(
+                    target=_loop, args=(ref, body, self._stop, self.interval), name=name, daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+        _RUNNING.add(self)
+
+    def tick(self) -> None:
+        """What both threads do in one interval, in turn (for a heartbeat started without them)."""
+        self._look()
+        self._round()
+
+    def stop(self) -> None:
+        """End both threads; waits at most ``STOP_SECONDS`` for a store call in flight (once)."""
+        if self not in _RUNNING:
+            return
+        self._stop.set()
+        deadline = time.monotonic() + STOP_SECONDS
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+        self.clean = self.lost(range(self.world_size)) is None
+        self.board.close(unmap=not any(t.is_alive() for t in self._threads))
+        _RUNNING.discard(self)
+
+    # ----------------------------------------------- the watcher (never the store)
+    def _look(self) -> None:
+        now = time.monotonic()
+        starved = now - self._last_look > self.limit / 2  # a starved watcher judges nobody
+        self._last_look = now
+        self._ticks += 1
+        board = self.board
+        board.post(TICK, self._ticks)
+        t = self.topology
+        base = t.node_rank * t.nproc_per_node
+        quiet: dict[int, float] = {}
+        speaker = True
+        for j, slot in enumerate(board.slots()):
+            if j == t.local_rank:
+                continue
+            tick, seen = self._seen[j]
+            if slot.tick != tick or starved:
+                tick, seen = self._seen[j] = (slot.tick, now)
+            if tick == 0:
+                continue  # never ticked: not started yet, judged by nobody
+            if j < t.local_rank and now - seen <= self.limit / 2:
+                speaker = False  # a lower local rank speaks for the node
+            if now - seen > self.limit:
+                quiet[base + j] = now - seen
+        self._quiet, self._speaker = quiet, speaker
+        if self.watch_main:
+            self._stuck.look(self)
+
+    def _round(self) -> None:
+        self.pulse.round(self._speaker, self._quiet)
+
+    # ---------------------------------------------------------- what collectives ask
+    def lost(self, ranks: Sequence[int]) -> Lost | None:
+        """The ranks of ``ranks`` that stopped answering, or None (asked by a waiting collective
+        and by the watcher; reads this process's view and the board, never the store)."""
+        me = self.rank
+        others = [r for r in ranks if r != me]
+        now = time.monotonic()
+        nproc, node = self.topology.nproc_per_node, self.topology.node_rank
+        if any(r // nproc != node for r in others):
+            quiet = _store_quiet(self.board.slots(), now, self.limit)
+            if quiet is not None:
+                served = self.board.store_node
+                gone = tuple(r for r in others if served >= 0 and r // nproc == served)
+                at = f" at {self.where}" if self.where else ""
+                return Lost(gone, f"the store{at} stopped answering for {quiet:.1f}s")
+        silent = self.board.lost()  # the record, as the node's speaker copied it
+        silent.update(self._quiet)
+        hit = tuple(r for r in others if r in silent)
+        if not hit:
+            return None
+        longest = max(silent[r] for r in hit)
+        return Lost(hit, f"no heartbeat from them for {longest:.1f}s, liveness limit {self.limit:g}s")
 
     @property
     def keys(self) -> list[str]:
-        return [f"{self.prefix}/{r}" for r in range(self.world_size)]
+        """Every key this heartbeat's context may have written, relative to its prefix."""
+        return [*(f"n{n}" for n in range(self.topology.nnodes)), "lost", "token", "store"]
 
-    def beat(self) -> None:
-        """One heartbeat now (also before the watcher starts: peers wait for every rank's first)."""
-        self._beats += 1
-        self.store.set(f"{self.prefix}/{self.rank}", str(self._beats))
+    @property
+    def store_ranks(self) -> tuple[int, ...]:
+        """The ranks on the node that serves the store (() while it is not known)."""
+        node = self.board.store_node
+        nproc = self.topology.nproc_per_node
+        return tuple(range(node * nproc, (node + 1) * nproc)) if node >= 0 else ()
 
-    def start(self) -> None:
-        self._thread = threading.Thread(
-            target=_watch, args=(weakref.ref(self), self._stop, self.interval), name="idist-liveness", daemon=True
-        )
-        self._thread.start()
-        _RUNNING.add(self)
 
-    def stop(self) -> None:
-        """End the watcher; waits at most ``STOP_SECONDS`` for a store call in flight."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(STOP_SECONDS)
-        _RUNNING.discard(self)
+def _store_quiet(slots: Sequence[Slot], now: float, limit: float) -> float | None:
+    """Seconds since a store call of this node answered, when that is over the limit while one
+    has been in flight for half of it (or keeps failing); else None."""
+    ok = max(s.ok for s in slots)
+    if ok <= 0 or now - ok <= limit:
+        return None
+    hung = any(s.pending > 0 and now - s.pending > limit / 2 for s in slots)
+    return now - ok if hung or any(s.fails >= 2 for s in slots) else None
 
-    def _round(self) -> None:
-        keys = self.keys
-        self._pending = time.monotonic()
-        try:
-            self.beat()
-            if not self._all_present:
-                self._all_present = self.store.check(keys)
-            values = self.store.multi_get(keys) if self._all_present else None
-        except Exception:  # a store that fails or is gone is what this watches for
-            self._failures += 1
+
+def _loop(ref: weakref.ref[Heartbeat], body: Callable[[Heartbeat], None], stop: threading.Event, every: float) -> None:
+    """A liveness thread: it ends when its heartbeat is stopped, or dropped with its context
+    (an adopted context is never closed)."""
+    # the first round at a random point of the interval: the ranks of a job start together,
+    # and their store calls would otherwise come in one burst every interval
+    first = random.uniform(0.0, every)
+    while not stop.wait(first or every):
+        first = 0.0
+        heartbeat = ref()
+        if heartbeat is None:
             return
-        finally:
-            self._pending = None
-        now = time.monotonic()
-        self._last_ok, self._failures = now, 0
-        if values is None:
-            return  # judge nobody before every rank has beaten once
-        for r, value in enumerate(values):
-            if value != self._values[r]:
-                self._values[r], self._seen[r] = value, now
-
-    def lost(self, ranks: Sequence[int]) -> Lost | None:
-        """The ranks of ``ranks`` that stopped answering, or None (called by a waiting collective)."""
-        now = time.monotonic()
-        quiet = now - self._last_ok
-        pending = self._pending
-        hung = pending is not None and now - pending > self.limit / 2
-        if quiet > self.limit and (hung or self._failures >= 2):
-            gone = tuple(r for r in self.store_ranks if r in ranks and r != self.rank)
-            return Lost(gone, f"the rendezvous store on node 0 did not answer for {quiet:.1f}s")
-        last = self._last_ok
-        quiet_for = {r: last - self._seen[r] for r in ranks if r != self.rank and self._values[r] is not None}
-        silent = tuple(r for r, seconds in quiet_for.items() if seconds > self.limit)
-        if not silent:
-            return None
-        longest = max(quiet_for[r] for r in silent)
-        return Lost(silent, f"no heartbeat from them for {longest:.1f}s, liveness limit {self.limit:g}s")
+        body(heartbeat)
+        del heartbeat
 
 
-def attempt(env: Mapping[str, str]) -> str:
-    """This launch attempt's namespace in the store (torchrun's agent keeps its store across restarts)."""
-    return env.get("TORCHELASTIC_RESTART_COUNT", "0")
-
-
-def heartbeat(store: Store | None, info: LaunchInfo, limit: float) -> Heartbeat | None:
-    """This rank's heartbeat, beaten once (None when liveness is off or there is nothing to watch),
-    on a store connection of its own: a call on a store cut off by a partition never returns."""
+def heartbeat(
+    store: Store | None,
+    info: LaunchInfo,
+    limit: float,
+    *,
+    prefix: str,
+    store_node: int | None = None,
+    watch_main: bool = True,
+) -> Heartbeat | None:
+    """This rank's heartbeat, not started (None when liveness is off or there is nothing to
+    watch), on a store connection of its own: a call on a store cut off by a partition never
+    returns, and must not hold the context's. ``prefix``: the context's liveness keys."""
     t = info.topology
     if store is None or limit <= 0 or t.world_size < 2:
         return None
@@ -173,65 +264,19 @@ def heartbeat(store: Store | None, info: LaunchInfo, limit: float) -> Heartbeat 
         own = cast(Store, clone()) if clone is not None else store
     except RuntimeError:  # a store without connections (an in-memory one) cannot hang: share it
         own = store
-    beat = Heartbeat(
-        own, t.rank, t.world_size, limit, tuple(range(t.nproc_per_node)), prefix=f"idist/live/{attempt(os.environ)}"
-    )
-    beat.beat()
-    return beat
-
-
-def _watch(ref: weakref.ref[Heartbeat], stop: threading.Event, interval: float) -> None:
-    """The watcher thread: it ends when its heartbeat is stopped, or dropped with its context
-    (an adopted context is never closed)."""
-    stuck = Stuck()
-    while not stop.wait(interval):
-        heartbeat = ref()
-        if heartbeat is None:
-            return
-        heartbeat._round()
-        stuck.look(heartbeat)
-        del heartbeat
+    # the node's ranks find their board by a name every rank of this context agrees on
+    token = bytes(own.compare_set(f"{prefix}/token", "", secrets.token_hex(8))).decode()
+    board = NodeBoard.open(token, t.node_rank, t.nproc_per_node, t.local_rank, t.world_size)
+    if t.nnodes > 1:  # the node's first beat, before its context exists: a node cut off at once is seen once
+        own.add(node_key(prefix, t.node_rank), 1)
+    board.post(OK, time.monotonic())  # the store answered: silence from now on counts
+    at = address(store)
+    here = served_here(at[0]) if at is not None else None
+    where = f"{at[0]}:{at[1]}" if at is not None else ""
+    return Heartbeat(Pulse(own, t, limit, prefix, board, store_node, here), where, watch_main)
 
 
 _RUNNING: weakref.WeakSet[Heartbeat] = weakref.WeakSet()
-
-#: where torch's own collectives wait (DDP's gradient all_reduce runs inside backward)
-_TORCH_WAITS = tuple(os.path.join("torch", d, "") for d in ("distributed", "autograd", os.path.join("nn", "parallel")))
-
-
-@attrs.define
-class Stuck:
-    """A rank blocked inside torch's own collectives (DDP, FSDP, checkpoints) never asks ``lost``,
-    and gloo cannot be woken from Python. When a peer is lost and the main thread has stayed on
-    one line of torch.distributed / autograd for ``SETTLE`` seconds, the watcher says so on
-    stderr, with the main thread's stack, and ends the process with status 1."""
-
-    SETTLE = 2.0
-    _at: tuple[object, int] | None = None
-    _since: float = 0.0
-
-    def look(self, heartbeat: Heartbeat) -> None:
-        frame = sys._current_frames().get(threading.main_thread().ident or -1)
-        where = (frame.f_code, frame.f_lineno) if frame is not None else None
-        if frame is None or not any(d in frame.f_code.co_filename for d in _TORCH_WAITS):
-            self._at = None
-            return
-        now = time.monotonic()
-        if where != self._at:
-            self._at, self._since = where, now
-            return
-        lost = heartbeat.lost(range(heartbeat.world_size))
-        if lost is None or now - self._since < self.SETTLE:
-            return
-        stack = "".join(traceback.format_stack(frame))
-        message = (
-            f"Traceback of rank {heartbeat.rank}'s main thread (most recent call last):\n{stack}"
-            f"idist.PeerLostError: ranks {list(lost.ranks)} stopped answering ({lost.why}) while rank "
-            f"{heartbeat.rank} waits in torch's own collective above, which cannot be interrupted; the group is "
-            "lost: exiting with status 1\n"
-        )
-        os.write(2, message.encode(errors="replace"))
-        os._exit(1)
 
 
 @atexit.register

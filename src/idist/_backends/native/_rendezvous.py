@@ -23,7 +23,8 @@ from torch._C._distributed_c10d import Store, TCPStore
 from ... import _netif
 from ..._errors import LaunchEnvironmentError, RendezvousTimeoutError
 from ..._launch_env import LaunchInfo
-from ._verdict import present
+from ._keys import join_prefix
+from ._tally import Tally
 
 #: seconds the join waits for every rank unless the launcher says (IDIST_RDZV_TIMEOUT)
 RDZV_TIMEOUT_VAR = "IDIST_RDZV_TIMEOUT"
@@ -54,14 +55,12 @@ def tcp_store(addr: str, port: int, info: LaunchInfo, host: bool, timeout: datet
         _wait_for_server(addr, port, min(timeout.total_seconds(), SERVER_WAIT))
         return TCPStore(addr, port, world, False, timeout=timeout)
     try:
-        listen = socket.create_server((_netif.store_address(addr), port))
+        local = _netif.store_address(addr)
+        listen = _netif.listen(local, port)
     except _netif.NetifError as e:
         raise LaunchEnvironmentError(str(e)) from e
     except OSError as e:
-        raise LaunchEnvironmentError(
-            f"cannot serve the rendezvous store on {addr}:{port} ({e.strerror or e}): another job may use this "
-            "master port; give each job its own (or pass none: a free one is picked on one node)"
-        ) from e
+        raise LaunchEnvironmentError(_netif.listen_error(local, port, e)) from e
     return TCPStore(
         addr,
         listen.getsockname()[1],
@@ -94,20 +93,23 @@ def _wait_for_server(addr: str, port: int, seconds: float) -> None:
 
 def join(store: Store, info: LaunchInfo, timeout: datetime.timedelta, where: str) -> None:
     """Claim this rank's slot, then wait until every rank has: ``RendezvousTimeoutError`` naming
-    the ranks (and nodes) that did not come; ``LaunchEnvironmentError`` when the slot was taken."""
+    the ranks (and nodes) that did not come; ``LaunchEnvironmentError`` when the slot was taken.
+
+    Four requests a rank, whatever the world's size (``Tally``): a claim, an arrival counted with
+    ``add``, and one wait that the store answers when the count completes. Only on a timeout does
+    one rank read who came, once, and post who did not."""
     t = info.topology
     seconds = float(os.environ.get(RDZV_TIMEOUT_VAR) or timeout.total_seconds())
-    prefix = f"idist/join/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
-    if store.add(f"{prefix}claim/{t.rank}", 1) != 1:
+    prefix = join_prefix(os.environ)
+    if store.add(f"{prefix}/claim/{t.rank}", 1) != 1:
         raise LaunchEnvironmentError(
             f"rank {t.rank} already joined the rendezvous at {where}: another job uses this master address "
             "and port; give each job its own master_port"
         )
-    store.set(f"{prefix}{t.rank}", str(t.node_rank))
-    keys = [f"{prefix}{r}" for r in range(t.world_size)]
-    arrived = present(store, keys, seconds)
-    if not all(arrived):
-        missing = [r for r, ok in enumerate(arrived) if not ok]
+    tally = Tally(store, prefix, t.world_size)
+    tally.arrive(t.rank)
+    if not tally.block(seconds):
+        missing = tally.missing(5.0)
         nodes = sorted({r // t.nproc_per_node for r in missing})
         raise RendezvousTimeoutError(
             f"rendezvous at {where}: ranks {missing} (node {', '.join(map(str, nodes))}) did not join within "

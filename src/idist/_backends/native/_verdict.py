@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -18,6 +17,7 @@ import attrs
 from torch._C._distributed_c10d import Store
 
 from ..._errors import CollectiveTimeoutError, GroupBrokenError, IdistError, PeerLostError
+from ._pulse import read1
 
 R = TypeVar("R")
 
@@ -111,16 +111,6 @@ def bounded(fn: Callable[[], R], seconds: float) -> R | None:
     return out[0] if out else None
 
 
-def present(store: Store, keys: list[str], seconds: float) -> list[bool]:
-    """Which keys exist, once all do or ``seconds`` passed (polled: a store ``wait`` that times
-    out leaves its answer in flight, to be misread as the answer to the next request)."""
-    start = time.monotonic()
-    while not store.check(keys) and (waited := time.monotonic() - start) < seconds:
-        time.sleep(0.01 if waited < 1.0 else 0.1)
-    return [store.check([k]) for k in keys]
-
-
 def read(store: Store, key: str) -> str:
-    if not store.check([key]):
-        return ""
-    return store.get(key).decode("utf-8", "replace")
+    """``key``'s text, "" when absent (one request)."""
+    return (read1(store, key) or b"").decode("utf-8", "replace")

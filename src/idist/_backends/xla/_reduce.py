@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from ..._inplace import resolved, write
 from . import _lib
 from ._comm import XlaComm
 
@@ -37,7 +38,7 @@ def allreduce_tensor(t: torch.Tensor, op: str, comm: XlaComm, device_type: str) 
         real = torch.view_as_real(t.detach().cpu().resolve_conj().contiguous())
         allreduce_tensor(real, op, comm, device_type)
         if not comm.bystander:
-            t.copy_(torch.view_as_complex(real))
+            write(t, torch.view_as_complex(real))
         return
     if t.dim() == 0 and t.device != dev.device:
         # torch_xla moves a 0-dim tensor as a scalar, which it may share with an equal
@@ -56,9 +57,9 @@ def allreduce_tensor(t: torch.Tensor, op: str, comm: XlaComm, device_type: str) 
         dev.materialize([result])
         return
     if t.device == dev.device and not dev.ordered:
-        t.copy_(result)  # stays lazy: runs with the rest of the step
+        write(t, result)  # stays lazy: runs with the rest of the step
         return
-    t.copy_(dev.materialize([result])[0])
+    write(t, dev.materialize([result])[0])
 
 
 def _reduce(t: torch.Tensor, op: str, comm: XlaComm, device_type: str) -> torch.Tensor | None:
@@ -84,7 +85,7 @@ def _reduce(t: torch.Tensor, op: str, comm: XlaComm, device_type: str) -> torch.
         value = outs[0] if nan is None else torch.where(outs[1].bool(), _nan_like(outs[0]), outs[0])
         if op == "AVERAGE":
             value = value / len(comm.ranks)
-        t.copy_(value.to(dtype))
+        write(t, value.to(dtype))
         return None
     if nan is not None:
         reduced = torch.where(nan.bool(), _nan_like(reduced), reduced)
@@ -106,8 +107,8 @@ def _fold_integers(t: torch.Tensor, op: str, comm: XlaComm) -> torch.Tensor:
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
-    """``t``'s memory as same-width integers (a CPU tensor)."""
-    t = t.detach().cpu().contiguous()
+    """``t``'s values as same-width integers (a CPU tensor; a conjugated view's values, resolved)."""
+    t = resolved(t.detach().cpu()).contiguous()
     if t.dtype == torch.complex128:
         return torch.view_as_real(t).view(torch.int64)
     return t.view(_BITS[t.element_size()])
@@ -120,4 +121,4 @@ def broadcast_tensor(t: torch.Tensor, src: int, comm: XlaComm) -> None:
     got = comm.device.world_sum([mine])[0]
     if comm.group_rank != src and not comm.bystander:
         value = torch.view_as_complex(got.view(torch.float64)) if t.dtype == torch.complex128 else got.view(t.dtype)
-        t.copy_(value.reshape(t.shape))
+        write(t, value.reshape(t.shape))

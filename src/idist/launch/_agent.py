@@ -1,0 +1,135 @@
+"""torch's ``LocalElasticAgent`` with a c10d rendezvous, telling the user why it restarts.
+
+The agent is torch's own; ``_Agent`` only watches what it does: each failure of this node's
+ranks (the first rank to fail, its exit status or signal, the last line it wrote to stderr)
+is printed when the agent restarts for it, a restart for nodes waiting to join says so, and a
+job that runs out of restarts lists every cause before its non-zero exit status.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerSpec, WorkerState
+from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
+from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousParameters
+from torch.distributed.elastic.rendezvous import registry as rdzv_registry
+
+from .. import _netif
+
+if TYPE_CHECKING:
+    from ._elastic import ElasticPlan
+
+_FAILED = (WorkerState.FAILED, WorkerState.UNHEALTHY)
+
+
+def _say(line: str) -> None:
+    print(f"idist: {line}", file=sys.stderr, flush=True)
+
+
+def _last_line(path: object) -> str:
+    if not isinstance(path, str):
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 8192))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:500] if lines else ""
+
+
+class _Agent(LocalElasticAgent):
+    """torch's agent; it reports each restart's cause (``causes`` keeps them)."""
+
+    def __init__(self, spec: WorkerSpec, logs: DefaultLogsSpecs) -> None:
+        super().__init__(spec=spec, logs_specs=logs, start_method="spawn", log_line_prefix_template="[rank${rank}]:")
+        self.causes: list[str] = []
+        self.exitcode = 1
+        self._healthy = False
+
+    def _cause(self, group: WorkerGroup, result: RunResult) -> str:
+        rank, failure = min(result.failures.items(), key=lambda kv: kv[1].timestamp)
+        code = failure.exitcode
+        how = f"killed by {failure.signal_name()}" if code < 0 else f"exited with status {code}"
+        self.exitcode = 128 - code if code < 0 else (code or 1)
+        ctx = self._pcontext
+        said = _last_line(ctx.stderrs.get(failure.local_rank)) if ctx is not None else ""
+        others = len(result.failures) - 1
+        more = f" (and {others} more rank{'s' if others > 1 else ''} of this node)" if others else ""
+        return f"rank {rank} (local rank {failure.local_rank} on node {group.group_rank}) {how}{more}" + (
+            f": {said}" if said else ""
+        )
+
+    def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        result: RunResult = super()._monitor_workers(worker_group)
+        self._healthy = result.state == WorkerState.HEALTHY
+        if result.state in _FAILED and result.failures:
+            cause = self._cause(worker_group, result)
+            self.causes.append(cause)
+            left, most = self._remaining_restarts, worker_group.spec.max_restarts
+            if left > 0:
+                _say(f"restart {most - left + 1} of {most}: {cause}")
+        return result
+
+    def _restart_workers(self, worker_group: WorkerGroup) -> None:
+        if self._healthy:  # the agent restarts healthy ranks only for nodes waiting to join
+            _say(f"restarting on node {worker_group.group_rank}: a node joins (this does not count as a restart)")
+        super()._restart_workers(worker_group)
+
+
+def run_agent(p: ElasticPlan, command: list[str], logs: str, last_call: float, monitor: float) -> int:
+    """Run this node's agent until the job ends; its exit status.
+
+    Each round's rank 0 gives the ranks a fresh MASTER_ADDR:MASTER_PORT (its address as the route to
+    the endpoint shows it) where idist's rank 0 serves the store. torch's default, one store the
+    agents share across rounds, leaves a node that joins a later round waiting for an address
+    the first round's host never publishes again (torch 2.13): it is turned off.
+    """
+    os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # the caller restores the environment
+    local_addr = _netif.route_to(p.endpoint.rpartition(":")[0].strip("[]")).address
+    params = RendezvousParameters(
+        backend="c10d",
+        endpoint=p.endpoint,
+        run_id="idist",
+        min_nodes=p.min_nodes,
+        max_nodes=p.max_nodes,
+        join_timeout=p.join_timeout,
+        last_call_timeout=last_call,
+        close_timeout=10.0,
+        local_addr=local_addr,
+        keep_alive_interval=1,  # a lost agent leaves the rendezvous after 3 s without a heartbeat (torch: 15 s)
+        keep_alive_max_attempt=3,
+    )
+    spec = WorkerSpec(
+        role="idist",
+        local_world_size=p.nproc_per_node,
+        entrypoint=command[0],
+        args=tuple(command[1:]),
+        rdzv_handler=rdzv_registry.get_rendezvous_handler(params),
+        max_restarts=p.max_restarts,
+        monitor_interval=monitor,
+    )
+    agent = _Agent(spec, DefaultLogsSpecs(log_dir=logs, tee=Std.ALL))
+    shutdown = True
+    try:
+        result = agent.run()
+    except RendezvousError as exc:
+        _say(f"error: the rendezvous at {p.endpoint} failed: {exc}")
+        return 1
+    except SignalException as exc:  # torch's agent stopped its ranks; it leaves the rendezvous open for the rest
+        shutdown = False
+        _say(f"stopped by {exc.sigval.name}")
+        return 128 + int(exc.sigval)
+    finally:
+        if shutdown:
+            spec.rdzv_handler.shutdown()
+    if not result.is_failed():
+        return 0
+    listed = "; ".join(f"{i + 1}) {c}" for i, c in enumerate(agent.causes))
+    _say(f"the job failed after {len(agent.causes) - 1} of {p.max_restarts} restarts; each failure: {listed}")
+    return agent.exitcode
