@@ -49,11 +49,9 @@ class _Shared:
 
 
 def shared(n: int) -> _Shared:
+    """The world of ``n`` device threads in this process (made by the first thread that asks)."""
     with _LOCK:
-        s = _SHARED.get(n)
-        if s is None:
-            s = _SHARED[n] = _Shared(n)
-        return s
+        return _SHARED[n] if n in _SHARED else _SHARED.setdefault(n, _Shared(n))
 
 
 class Raw:

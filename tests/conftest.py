@@ -67,6 +67,32 @@ SLOW_TESTS = (
     "test_liveness.py::test_a_slow_rank_that_is_alive_is_never_declared_lost",
     "test_liveness.py::test_a_frozen_peer_is_lost_within_the_limit_not_the_collective_timeout",
     "test_liveness.py::test_liveness_zero_turns_it_off",
+    "test_liveness.py::test_a_rank_blocked_in_torchs_own_collective_ends_when_a_peer_is_lost",
+    "test_suite_harness.py::test_ranks_see_the_callers_environment_and_folder_at_the_call",
+)
+
+# The `timed` marker: tests that assert a bound in seconds (a failure within a limit, a limit
+# really waited out). On xdist they form one group (the root conftest.py): one worker runs them
+# one after another, so they never load each other and at most one other test runs beside
+# them. Whole modules, and prefixes of "module.py::test_name" as for SLOW_TESTS.
+TIMED_MODULES = {
+    "test_failures.py",
+    "test_liveness.py",
+    "test_rendezvous.py",
+    "netns/test_netns_faults.py",
+    "netns/test_netns_liveness.py",
+}
+TIMED_TESTS = (
+    "test_testing_pool.py::test_a_rank_stuck_after_a_failure_restarts_the_pool",
+    "test_testing_simulate.py::test_a_failing_run_ends_within_half_a_second",
+    "test_faults.py::test_one_rank_alone_with_bad_input_breaks_the_group_on_every_rank_within_a_second",
+    "test_faults.py::test_checked_mode_names_an_absent_rank_without_a_section_timeout",
+    "test_faults.py::test_one_bad_process_breaks_the_default_group_of_every_process",
+    "test_faults.py::test_a_launcher_killed_with_sigkill_takes_every_rank_within_a_second",
+    "test_testing_exit.py::test_runs_end_whatever_the_ranks_do_ctrl_c_stops_them_and_exit_is_prompt",
+    "test_launch_driven.py::test_a_missing_package_raises_the_install_hint_before_anything_starts",
+    "test_launch_spawn.py::test_a_failing_rank_fails_the_launch_fast_and_the_others_are_stopped",
+    "test_launch_spawn.py::test_ctrl_c_in_the_parent_stops_every_rank",
 )
 
 
@@ -80,6 +106,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         node = rel + "::" + item.nodeid.split("::", 1)[-1]
         if rel in SLOW_MODULES or node.startswith(SLOW_TESTS) or rel.startswith(("horovod/", "xla/", "netns/")):
             item.add_marker(pytest.mark.slow)
+        if rel in TIMED_MODULES or node.startswith(TIMED_TESTS):
+            item.add_marker(pytest.mark.timed)
 
 
 @pytest.fixture

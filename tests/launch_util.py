@@ -80,6 +80,26 @@ def run_py(args: Sequence[str], timeout: float = 180.0, **kw: object) -> subproc
     )  # type: ignore[call-overload, no-any-return]
 
 
+def run_session(args: Sequence[str], timeout: float, **kw: Any) -> tuple[subprocess.CompletedProcess[str], bool]:
+    """Run ``args`` in a session of its own, capturing text output; return the run and whether it
+    timed out. Whatever of the session still runs afterwards (a launcher's ranks) is SIGKILLed."""
+    kw = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kw}
+    proc = subprocess.Popen(list(args), text=True, start_new_session=True, **kw)
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(list(args), proc.returncode, out, err), timed_out
+
+
 def json_reports(text: str, marker: str = "") -> list[Any]:
     """Every JSON value printed after ``marker`` in ``text`` (``marker=""``: every object).
 

@@ -6,11 +6,14 @@ torchrun-style variables (a free port each time), calls ``fn(rank, *args)`` in e
 returns the results in rank order. A rank that raises fails the call with its traceback
 (a rank in ``may_die`` that dies gives ``("died", exitcode)`` instead);
 a run past ``timeout`` kills every process and raises ``TimeoutError`` naming the ranks
-that did not finish.
+that did not finish. The processes fork from a forkserver that has imported torch and idist
+once (a fresh interpreter importing torch costs seconds per rank), and take the caller's
+environment and working folder as they are at the call.
 """
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing as mp
 import os
 import queue
@@ -28,14 +31,38 @@ class RankFailed(AssertionError):
         self.tb = tb
 
 
+# Ports below the kernel's ephemeral range (32768-60999 by default), 1000 for each pytest-xdist
+# worker ("gw0", "gw1", ...; a run without xdist uses the first range). A port the OS picked
+# (bind to 0, close) could be taken by any outgoing connection before the store binds it;
+# these are never handed out by the kernel, and no two workers share one.
+_PORTS_BASE, _PORTS_PER_WORKER = 20000, 1000
+_worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % 12
+_next = itertools.count(os.getpid() % _PORTS_PER_WORKER)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port that is free now, from this worker's own range."""
+    for _ in range(_PORTS_PER_WORKER):
+        port = _PORTS_BASE + _PORTS_PER_WORKER * _worker + next(_next) % _PORTS_PER_WORKER
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_PORTS_BASE + _PORTS_PER_WORKER * _worker} + {_PORTS_PER_WORKER}")
 
 
-def _child(fn: Callable[..., Any], rank: int, env: dict[str, str], args: tuple[Any, ...], q: Any) -> None:
+def _context() -> Any:
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "idist"])
+    return ctx
+
+
+def _child(fn: Callable[..., Any], rank: int, env: dict[str, str], cwd: str, args: tuple[Any, ...], q: Any) -> None:
+    os.environ.clear()  # the forkserver's environment is the one it started with: take the caller's
     os.environ.update(env)
+    os.chdir(cwd)
     try:
         q.put((rank, True, fn(rank, *args)))
     except BaseException:
@@ -51,18 +78,18 @@ def run_ranks(
     set_launcher_env: bool = True,
     may_die: frozenset[int] = frozenset(),
 ) -> list[Any]:
-    ctx = mp.get_context("spawn")
+    ctx = _context()
     q = ctx.Queue()
     port = str(free_port())
     procs = []
     for rank in range(world_size):
-        e = dict(env or {})
+        e = dict(os.environ, **(env or {}))
         if set_launcher_env:
             e.update(
                 RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                 LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
             )  # fmt: skip
-        p = ctx.Process(target=_child, args=(fn, rank, e, args, q), daemon=True)
+        p = ctx.Process(target=_child, args=(fn, rank, e, os.getcwd(), args, q), daemon=True)
         p.start()
         procs.append(p)
     results: dict[int, Any] = {}

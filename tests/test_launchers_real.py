@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from launch_util import SCRIPTS, clean_env, json_reports, run_together
+from multiproc import free_port
 
 pytestmark = pytest.mark.timeout(300)
 PY = sys.executable
@@ -93,12 +94,6 @@ def test_parallel_initializes_in_place_under_mpirun() -> None:
 
 
 # --------------------------------------------------------------------- SLURM
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _port_is_free(port: int) -> bool:
     with socket.socket() as s:
         try:
@@ -117,8 +112,8 @@ SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket={d}/munge.sock
 CredType=cred/munge
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
 StateSaveLocation={d}/state
 SlurmdSpoolDir={d}/spool
 SlurmctldPidFile={d}/slurmctld.pid

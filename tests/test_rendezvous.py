@@ -10,18 +10,13 @@ import time
 import pytest
 
 from idist._backends.native._rendezvous import _wait_for_server
+from multiproc import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_store_that_starts_later_is_found_within_the_probe_interval() -> None:
-    port = _free_port()
+    port = free_port()
     started: list[float] = []
     server = socket.socket()
 
@@ -46,7 +41,7 @@ def test_a_store_that_starts_later_is_found_within_the_probe_interval() -> None:
 
 
 def test_a_store_that_never_comes_is_given_up_after_the_window() -> None:
-    port = _free_port()
+    port = free_port()
     start = time.monotonic()
     _wait_for_server("127.0.0.1", port, 0.3)
     assert 0.3 <= time.monotonic() - start < 5.0

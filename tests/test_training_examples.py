@@ -22,6 +22,7 @@ import pytest
 import torch
 
 import idist
+from launch_util import run_session
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -30,18 +31,10 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 
 def run(args: list[str], timeout: float = 240) -> str:
     """Run to completion; on a timeout kill the whole process group (torchrun and its ranks)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise AssertionError(f"{args} timed out after {timeout}s:\n{out}\n{err}") from None
-    assert proc.returncode == 0, f"{args} failed ({proc.returncode}):\n{out}\n{err}"
-    return out
+    proc, timed_out = run_session(args, timeout, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert not timed_out, f"{args} timed out after {timeout}s:\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode == 0, f"{args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
 
 
 @pytest.mark.timeout(300)

@@ -154,6 +154,8 @@ def test_a_sampler_on_numpys_rng_gives_every_rank_one_order() -> None:
 
     def run(ctx: idist.DistContext) -> list[list[int]]:
         np.random.seed(100 + ctx.rank)  # every process has its own numpy state
+        # rank threads share numpy's one global state: no rank may reseed it while another draws
+        ctx.barrier()
         loader = ctx.auto_dataloader(dataset(8), batch_size=4, sampler=NumpyShuffle(8))
         return [flat(epoch_of(loader)) for _ in range(3)]
 

@@ -8,8 +8,13 @@
 # 5. benchmarks/bench_xla.py --smoke: every raw-vs-idist workload runs and agrees, and nothing
 #    compiles after warm-up (no timing targets)
 # 6. the property suite with the XlaWorld runner at world sizes 1, 2, 3 (IDIST_XLA_PROPERTIES=0 skips it)
+# Set IDIST_SKIP_XLA=1 to skip the lane (it says so), as IDIST_SKIP_HOROVOD=1 does for Horovod's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+if [ "${IDIST_SKIP_XLA:-}" = 1 ]; then
+  echo "xla lane: skipped (IDIST_SKIP_XLA=1)"
+  exit 0
+fi
 bash scripts/xla/setup-venv.sh
 PY=.venv-xla/bin/python
 export PYTHONHASHSEED=0 PJRT_DEVICE=CPU

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from launch_util import run_session
 
 HERE = Path(__file__).resolve().parent
 HOROVODRUN = Path(sys.executable).parent / "horovodrun"
@@ -82,20 +83,9 @@ def run_raw(
             sys.executable, str(HERE / "_worker.py"), str(out), target, json.dumps(list(args)),
         ]  # fmt: skip
         start = time.monotonic()
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
-            start_new_session=True, cwd=tmp,
-        )  # fmt: skip
-        try:
-            output, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            output, _ = proc.communicate()
-            raise TimeoutError(f"horovodrun {target} did not finish within {timeout}s:\n{output[-4000:]}") from None
-        finally:
-            # horovodrun's ranks live in our session: nothing of it survives the call.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        # horovodrun's ranks live in its session: nothing of it survives the call
+        proc, timed_out = run_session(cmd, timeout, stderr=subprocess.STDOUT, env=full_env, cwd=tmp)
+        output = proc.stdout
+        if timed_out:
+            raise TimeoutError(f"horovodrun {target} did not finish within {timeout}s:\n{output[-4000:]}")
         return RunOutcome(proc.returncode, output, out, np, time.monotonic() - start)

@@ -15,30 +15,21 @@ from typing import TYPE_CHECKING
 from torch.distributed.checkpoint.api import CheckpointException
 
 from .. import _reports
-from .._errors import (
-    CheckpointError,
-    CheckpointMismatchError,
-    CheckpointNotFoundError,
-    CheckpointPathError,
-    CheckpointStateError,
-    CheckpointUnsafeError,
-)
+from .._errors import CheckpointError
 
 if TYPE_CHECKING:
     from .._context import DistContext
 
-#: the classes a failure keeps across ranks (by name); anything else becomes a CheckpointError
-_CLASSES: dict[str, type[CheckpointError]] = {
-    cls.__name__: cls
-    for cls in (
-        CheckpointError,
-        CheckpointStateError,
-        CheckpointMismatchError,
-        CheckpointPathError,
-        CheckpointNotFoundError,
-        CheckpointUnsafeError,
-    )
-}
+
+def _family(cls: type[CheckpointError]) -> list[type[CheckpointError]]:
+    """``cls`` and the classes below it that idist defines (a user's subclass is not one)."""
+    below = [c for sub in cls.__subclasses__() if sub.__module__ == cls.__module__ for c in _family(sub)]
+    return [cls, *below]
+
+
+#: the classes a failure keeps across ranks (by name): every CheckpointError of idist's;
+#: anything else becomes a CheckpointError
+_CLASSES: dict[str, type[CheckpointError]] = {cls.__name__: cls for cls in _family(CheckpointError)}
 #: what ``settle`` accepts: a step's exception (torch's CheckpointException is a BaseException)
 Failure = Exception | CheckpointException | None
 
