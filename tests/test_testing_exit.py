@@ -86,6 +86,8 @@ def test_runs_end_whatever_the_ranks_do_ctrl_c_stops_them_and_exit_is_prompt() -
     assert lines[2] == "timed out", lines
     assert "KeyboardInterrupt" in err, err[-3000:]
     assert proc.returncode not in (0, -signal.SIGABRT, -signal.SIGSEGV), (proc.returncode, err[-3000:])
-    # the rank asleep since the timed-out run is still alive: exit waits for it a moment only
+    # the rank asleep since the timed-out run is still alive (116 s more): exit waits for it a
+    # moment only (EXIT_GRACE, 1 s). About 2 s here when quiet, 11 s seen with both xdist workers
+    # and other work on 2 cores: the bound tells a prompt exit from a join on the sleeper.
     print(f"exit took {exited - interrupted:.2f}s after Ctrl-C")
-    assert exited - interrupted < 7.0, exited - interrupted
+    assert exited - interrupted < 40.0, exited - interrupted
