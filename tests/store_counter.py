@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 NAMES = (
@@ -87,6 +88,18 @@ def parse(buf: bytes, pos: int) -> tuple[int, int, int]:
             pos = _blob(buf, _blob(buf, pos))
         return pos, code, n
     raise ValueError(f"unknown store query type {code}")
+
+
+@contextlib.contextmanager
+def _until_closed(writer: asyncio.StreamWriter) -> Iterator[None]:
+    """A dropped connection ends the body quietly; ``writer`` is closed after it, whatever happened."""
+    try:
+        yield
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
 
 
 class CountingProxy:
@@ -157,7 +170,7 @@ class CountingProxy:
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         buf = b""
         parsing = True
-        try:
+        with _until_closed(writer):
             while data := await reader.read(1 << 16):
                 if self.frozen.is_set():
                     continue
@@ -178,22 +191,12 @@ class CountingProxy:
                         with self._lock:
                             self._unparsed += 1
                 await writer.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            with contextlib.suppress(Exception):
-                writer.close()
 
     async def _replies(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
+        with _until_closed(writer):
             while data := await reader.read(1 << 16):
                 writer.write(data)
                 await writer.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            with contextlib.suppress(Exception):
-                writer.close()
 
 
 class ProxyProcess:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -145,49 +147,47 @@ def test_handle_context_manager_stops_ranks_on_an_exception(tmp_path: Path) -> N
     assert wait_gone(pids, timeout=1.0) == []
 
 
-def _sleepers(marker: Path, how: str) -> subprocess.Popen[str]:
+@contextlib.contextmanager
+def _sleepers(marker: Path, how: str) -> Iterator[subprocess.Popen[str]]:
+    """The parent of a ``spawn`` of 2 sleeping ranks; killed (if still there) when the test ends."""
     # SIGINT at its default, as in a terminal: started by a shell without job control (a background
     # job of a script), the test command and everything it starts would otherwise ignore SIGINT
-    return subprocess.Popen(
+    parent = subprocess.Popen(
         [sys.executable, str(SCRIPTS / "spawn_sleepers.py"), str(marker), "2", how],
         env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint,
     )  # fmt: skip
+    try:
+        yield parent
+    finally:
+        parent.kill()
+        parent.wait()
 
 
 def test_ctrl_c_in_the_parent_stops_every_rank(tmp_path: Path) -> None:
     marker = tmp_path / "pid"
-    parent = _sleepers(marker, "plain")
-    try:
+    with _sleepers(marker, "plain") as parent:
         pids = wait_markers(marker, 2)
         parent.send_signal(signal.SIGINT)
         _, err = parent.communicate(timeout=60)
         assert parent.returncode in (130, -signal.SIGINT), err
         assert "KeyboardInterrupt" in err
         assert wait_gone(pids, timeout=1.0) == []
-    finally:
-        parent.kill()
-        parent.wait()
 
 
 def test_a_ctrl_c_as_a_rank_starts_stops_that_rank_too(tmp_path: Path) -> None:
     """A Ctrl-C the moment a rank's process has started, before spawn has noted it, must still stop
     it: multiprocessing's exit hook would otherwise wait for it (600 s here) after the parent gave up."""
     marker = tmp_path / "pid"
-    parent = _sleepers(marker, "ctrl-c-at-start")
-    try:
+    with _sleepers(marker, "ctrl-c-at-start") as parent:
         _, err = parent.communicate(timeout=60)
         assert parent.returncode in (130, -signal.SIGINT) and "KeyboardInterrupt" in err, err[-3000:]
         started = marker_pids(tmp_path / "pid.started", 2)
         assert len(started) == 2 and wait_gone(started, timeout=1.0) == []
-    finally:
-        parent.kill()
-        parent.wait()
 
 
 def test_a_second_ctrl_c_kills_ranks_that_carry_on_through_sigterm(tmp_path: Path) -> None:
     marker = tmp_path / "pid"
-    parent = _sleepers(marker, "stubborn")
-    try:
+    with _sleepers(marker, "stubborn") as parent:
         pids = wait_markers(marker, 2)
         parent.send_signal(signal.SIGINT)
         time.sleep(0.3)  # inside the 3 s grace the first one started
@@ -195,25 +195,18 @@ def test_a_second_ctrl_c_kills_ranks_that_carry_on_through_sigterm(tmp_path: Pat
         assert wait_gone(pids, timeout=3.0) == []
         _, err = parent.communicate(timeout=30)
         assert parent.returncode in (130, -signal.SIGINT) and "KeyboardInterrupt" in err, err[-3000:]
-    finally:
-        parent.kill()
-        parent.wait()
 
 
 def test_a_parent_killed_with_sigkill_leaves_no_orphans(tmp_path: Path) -> None:
     """The ranks die with their parent (the kernel's parent-death signal), and what they started with
     them (the sweeper the launch started ends the ranks' sessions)."""
     marker = tmp_path / "pid"
-    parent = _sleepers(marker, "children")
-    try:
+    with _sleepers(marker, "children") as parent:
         pids = wait_markers(marker, 2)
         children = _children(marker)
         parent.kill()
         parent.wait()
         assert wait_gone(pids + children, timeout=5.0) == []
-    finally:
-        parent.kill()
-        parent.wait()
 
 
 def test_two_launches_at_the_same_moment_both_pass() -> None:

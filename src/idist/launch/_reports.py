@@ -25,6 +25,7 @@ from typing import Literal, TypeAlias, final
 
 import attrs
 
+from .._backends.native._board import pid_alive
 from .._errors import LaunchConfigError, LaunchError
 from ._child import _summary
 
@@ -90,18 +91,8 @@ def _sweep_stale() -> None:
     root = Path(tempfile.gettempdir())
     for entry in root.glob(f"{_PREFIX}*-*"):
         pid = entry.name[len(_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)) and entry.is_dir():
+        if pid.isdigit() and not pid_alive(int(pid)) and entry.is_dir():
             shutil.rmtree(entry, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
 
 
 @final

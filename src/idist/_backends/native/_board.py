@@ -49,7 +49,8 @@ def _folder() -> Path:
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's process counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -71,7 +72,7 @@ def sweep(folder: Path) -> None:
             data = os.read(fd, 1 << 20)
             magic, nproc, _, _ = _HEAD.unpack_from(data)
             pids = [_SLOT.unpack_from(data, _HEAD.size + i * _SLOT.size)[0] for i in range(nproc)]
-            if magic == _MAGIC and not any(p > 0 and _alive(p) for p in pids):
+            if magic == _MAGIC and not any(p > 0 and pid_alive(p) for p in pids):
                 path.unlink()
         except (OSError, struct.error):
             continue
