@@ -56,9 +56,7 @@ def train(
     return {k.removeprefix("module."): v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def train_initializing(
-    local_rank: int, out: str, crash_step: int = -1, crash_rank: int = 0
-) -> dict[str, torch.Tensor]:
+def train_initializing(local_rank: int, out: str, crash_step: int = -1, crash_rank: int = 0) -> dict[str, torch.Tensor]:
     """torch.multiprocessing's form (``spawn(fn, ...)``): the function initializes and finalizes."""
     idist.initialize()
     try:

@@ -99,7 +99,7 @@ BAD = [
     ({"nnodes": (0, 2)}, r"nnodes=\(0, 2\): MIN must be at least 1"),
     ({"max_restarts": -1}, r"max_restarts must be 0 or more"),
     ({"nnodes": (1, 2)}, r"pass the same rendezvous endpoint to every node: master_addr= and master_port="),
-    ({"max_restarts": 1, "node_rank": 0}, r"node_rank.*the rendezvous numbers the nodes"),
+    ({"max_restarts": 1, "node_rank": 1}, r"node_rank=1 cannot be elastic.*the rendezvous numbers the nodes"),
     ({"max_restarts": 1, "init_method": "env://"}, r"init_method.*elastic"),
     ({"max_restarts": 1, "start_method": "fork"}, r"start_method='fork'.*elastic"),
     ({"max_restarts": 1, "daemon": True}, r"daemon=True.*elastic"),
@@ -119,5 +119,5 @@ def test_elastic_options_that_cannot_apply_raise_on_the_call() -> None:
         idist.spawn(elastic_fns.train_initializing, ("x",), 2, False, max_restarts=1)  # type: ignore[call-overload]
     with pytest.raises(LaunchConfigError, match=r"max_restarts.*horovod"):
         idist.spawn("horovod", elastic_fns.train, ("x",), nproc_per_node=2, max_restarts=1)  # type: ignore[call-overload]
-    with pytest.raises(LaunchConfigError, match=r"max_restarts=1 describes processes to spawn"):
+    with pytest.raises(LaunchConfigError, match=r"max_restarts=1 describe processes to spawn"):
         idist.Parallel("gloo", max_restarts=1)
