@@ -50,7 +50,8 @@ def _recorded(failure: ProcessFailure) -> str:
     message: object = failure.error_file_data.get("message") if failure.error_file_data else None
     if isinstance(message, dict):
         message = message.get("message")  # pyright: ignore[reportUnknownMemberType]
-    return message.strip().splitlines()[-1][:500] if isinstance(message, str) and message.strip() else ""
+    text = message.strip() if isinstance(message, str) else ""
+    return text.splitlines()[-1][:500] if text and text != "<NONE>" else ""  # torch's "<NONE>": no file
 
 
 class _Agent(LocalElasticAgent):
