@@ -88,6 +88,9 @@ class Parallel:
         with idist.Parallel(backend="gloo", nproc_per_node=2) as parallel:
             parallel.run(training, config)
 
+    ``max_restarts=K`` (and ``nnodes=(MIN, MAX)``) with a process count spawns the ranks on
+    torch's elastic agent: a failed rank costs one restart of ``fn`` (docs/elastic.md).
+
     Raises at construction: ``UnknownBackendError`` / ``BackendUnavailableError`` for a
     backend that cannot run here, ``LaunchConfigError`` for a process count under a
     launcher (the launcher already chose it), node options without a process count,

@@ -185,6 +185,10 @@ def spawn(*args: object, **kwargs: object) -> object:
     loopback. ``join=True`` waits and returns each rank's return value in local-rank
     order; ``join=False`` returns a ``SpawnHandle`` to ``join()`` or ``terminate()``.
 
+    ``max_restarts=K`` or ``nnodes=(MIN, MAX)`` (joined launches of native backends) run the
+    ranks on torch's elastic agent, as ``idist run --max-restarts`` does: a failed rank costs
+    one restart of ``fn``, up to K (docs/elastic.md).
+
     Raises ``LaunchError`` as soon as any rank raises, exits non-zero or is killed, with
     the rank, its exit code or signal and its traceback, after stopping the other ranks.
     Ctrl-C stops every rank. ``LaunchConfigError`` (a ``ValueError``) for arguments that
