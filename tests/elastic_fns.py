@@ -8,6 +8,7 @@ every 2 steps in OUT/ckpt, resumed when present; on the first attempt rank ``cra
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -20,9 +21,19 @@ N, GLOBAL_BATCH, EPOCHS, SAVE_EVERY = 48, 12, 3, 2
 
 
 def train(
-    local_rank: int, out: str, crash_step: int = -1, crash_rank: int = 0, crash_always: bool = False
+    local_rank: int,
+    out: str,
+    crash_step: int = -1,
+    crash_rank: int = 0,
+    crash_always: bool = False,
+    stall_step: int = -1,
+    hold_below: int = 0,
 ) -> dict[str, torch.Tensor]:
-    """ignite's form (``Parallel``, ``spawn(backend, ...)``): the context is current around the call."""
+    """ignite's form (``Parallel``, ``spawn(backend, ...)``): the context is current around the call.
+
+    Ranks started with IDIST_TEST_VICTIM=1 stall at ``stall_step`` on the first attempt (writing their
+    pid to OUT/stalled-rankN) until the test kills them; a run that starts at step 0 on fewer than
+    ``hold_below`` ranks waits at step 1 for the agent to restart it with a joining node."""
     ctx = idist.current()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     g = torch.Generator().manual_seed(3)
@@ -48,6 +59,11 @@ def train(
             nn.functional.mse_loss(model(xb), yb).backward()
             opt.step()
             step += 1
+            if step == stall_step and attempt == 0 and os.environ.get("IDIST_TEST_VICTIM") == "1":
+                (Path(out) / f"stalled-rank{ctx.rank}").write_text(str(os.getpid()))
+                time.sleep(600)  # until the test kills this node
+            if step == 1 and ctx.world_size < hold_below:
+                time.sleep(600)  # until the agent restarts this attempt for a joining node
             if step % SAVE_EVERY == 0:
                 state["step"] = step
                 ctx.save_checkpoint(ckpt, state)

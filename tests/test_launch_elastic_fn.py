@@ -10,6 +10,9 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ import torch
 import elastic_fns
 import idist
 from idist.launch import LaunchConfigError, LaunchError
+from launch_util import SCRIPTS, clean_env
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -121,3 +125,61 @@ def test_elastic_options_that_cannot_apply_raise_on_the_call() -> None:
         idist.spawn("horovod", elastic_fns.train, ("x",), nproc_per_node=2, max_restarts=1)  # type: ignore[call-overload]
     with pytest.raises(LaunchConfigError, match=r"max_restarts=1 describe processes to spawn"):
         idist.Parallel("gloo", max_restarts=1)
+
+
+def test_a_lost_node_costs_one_restart_and_the_other_node_returns_the_same_model(
+    tmp_path: Path, reference: dict[str, torch.Tensor]
+) -> None:
+    """2 nodes x 1 rank, each an ``idist.spawn`` call in its own process; node 1 (its launcher and rank)
+    is killed at step 6: node 0 goes on alone from step 4's checkpoint and returns the same model."""
+    port = free_port()
+    script = str(SCRIPTS / "elastic_spawn_node.py")
+    env = clean_env(PYTHONPATH=str(Path(__file__).parent), TMPDIR=str(tmp_path))
+    logs = [open(tmp_path / f"node{i}.log", "w") for i in range(2)]
+    nodes: list[subprocess.Popen[str]] = []
+    try:
+        for i, extra in enumerate(({}, {"IDIST_TEST_VICTIM": "1"})):
+            args = [sys.executable, script, str(tmp_path), str(port), "1" if i == 0 else "0", "6", "2"]
+            proc = subprocess.Popen(
+                args, stdout=logs[i], stderr=subprocess.STDOUT, text=True, env={**env, **extra}, start_new_session=True
+            )
+            nodes.append(proc)
+            if i == 0:
+                wait_listening(port)
+        (victim,) = stalled(tmp_path)
+        os.killpg(nodes[1].pid, signal.SIGKILL)
+        os.kill(victim, signal.SIGKILL)  # torch's agent starts each rank in a session of its own
+        nodes[1].wait()
+        assert nodes[0].wait(timeout=120) == 0, (tmp_path / "node0.log").read_text()
+    finally:
+        for proc in nodes:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for f in logs:
+            f.close()
+    log = (tmp_path / "node0.log").read_text()
+    assert "idist: restart 1 of 1: rank 0" in log, log
+    assert attempts(tmp_path)[-1] == "attempt1-world1-from4", attempts(tmp_path)
+    same_model([torch.load(tmp_path / "final.pt")], reference)
+
+
+def wait_listening(port: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
+
+
+def stalled(path: Path, timeout: float = 90.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = sorted(path.glob("stalled-rank*"))
+        if found and all(f.read_text() for f in found):
+            return [int(f.read_text()) for f in found]
+        time.sleep(0.1)
+    raise TimeoutError(f"no rank stalled within {timeout}s")
