@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Mapping, Sized
+from collections.abc import Iterator, Mapping, Sized
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -110,6 +110,13 @@ class AutoDataLoader(DataLoader[T_co]):
         self.check_worker_number_rationality()
         return _Workers(self)
 
+    def _loading_pass(self) -> tuple[Pass, Iterator[Any]]:
+        """A pass begun now (torch's iterator, on this thread) whose batches the caller reports to its
+        ``Pass`` as the model takes them; the iterator only loads them."""
+        it = DataLoader.__iter__(self)
+        assert isinstance(it, _Tracked)
+        return it.detach(), it
+
     def _begin_pass(self) -> Pass:
         start = getattr(self.batch_sampler, "start_iteration", None)  # ignite's ReproducibleBatchSampler resumes
         if not isinstance(start, int):
@@ -128,15 +135,24 @@ def _samplers(loader: DataLoader[Any]) -> list[object]:
 class _Tracked(_BaseDataLoaderIter):
     """An iterator that reports each batch, and the end of its pass, to the pass's bookkeeping."""
 
-    _pass: Pass
+    #: None once ``detach`` handed the pass to the iterator the model reads
+    _pass: Pass | None
+
+    def detach(self) -> Pass:
+        """Hand this pass's bookkeeping to the iterator that yields its batches to the model (a device
+        loader reading this one ahead of it, on a thread of its own): from now on this one only loads."""
+        begun, self._pass = self._pass, None
+        assert begun is not None, "a pass is detached once"
+        return begun
 
     def __next__(self) -> Any:
         try:
             data = super().__next__()
         except StopIteration:
-            self._pass.end()
+            if self._pass is not None:
+                self._pass.end()
             raise
-        return self._pass.batch(data)
+        return data if self._pass is None else self._pass.batch(data)
 
 
 class _OneProcess(_Tracked, _SingleProcessDataLoaderIter):
