@@ -17,6 +17,8 @@ import idist
 from idist.testing import RankFailedError
 from idist.testing._xla_world import XlaWorld
 
+from . import cases_spawn
+
 pytestmark = [
     pytest.mark.timeout(900),
     pytest.mark.filterwarnings("ignore:.* samples in global batches of .* leave a last step:UserWarning"),
@@ -121,3 +123,40 @@ def test_a_dataset_error_is_raised_not_an_early_end(world: XlaWorld) -> None:
     with pytest.raises(RankFailedError) as info:
         world.run(_read_all)
     assert "sample 21 is corrupt" in str(info.value)
+
+
+def _rebuilt_by_ignite(ctx: idist.DistContext) -> tuple[list[list[list[int]]], list[list[int]]]:
+    from ignite.engine.deterministic import ReproducibleBatchSampler, update_dataloader
+
+    loader = _loader(ctx)
+    rebuilt = update_dataloader(loader, ReproducibleBatchSampler(loader.batch_sampler))  # type: ignore[arg-type]
+    assert type(rebuilt) is type(loader)
+    passes = [[b[0].cpu().tolist() for b in rebuilt] for _ in range(2)]
+    assert next(iter(rebuilt))[0].device.type == "xla"
+    rebuilt.batch_sampler.start_iteration = 1  # type: ignore[union-attr]  # ignite's resume, in epoch 2
+    return passes, [b[0].cpu().tolist() for b in rebuilt]
+
+
+def test_ignite_update_dataloader_rebuilds_the_device_loader(world: XlaWorld) -> None:
+    serial = _loader(idist.current())
+    one_process = [[sorted(b[0].tolist()) for b in serial] for _ in range(3)]
+    results = world.run(_rebuilt_by_ignite)
+    for epoch in range(2):
+        steps = [sorted(i for r in results for i in r[0][epoch][k]) for k in range(len(one_process[0]))]
+        assert steps == one_process[epoch], epoch
+    resumed = [sorted(i for r in results for i in r[1][k]) for k in range(len(one_process[2]) - 1)]
+    assert resumed == one_process[2][1:]
+
+
+@pytest.mark.timeout(300)
+def test_loader_workers_keep_the_epoch_after_a_look() -> None:
+    """With DataLoader workers (persistent or not) too, a look at one batch changes nothing. Real
+    replicas under torch_xla.launch: ``XlaWorld``'s process is a daemon, which workers cannot be."""
+    n = 10  # 3 steps of global batch 4, the last one short
+    serial = idist.auto_dataloader(torch.utils.data.TensorDataset(torch.arange(n)), batch_size=4, shuffle=True)
+    expected = [[sorted(b[0].tolist()) for b in serial] for _ in range(2)]
+    r0, r1 = idist.spawn("xla-tpu", cases_spawn.loader_passes, (n,), nproc_per_node=2)
+    for setting in range(3):
+        for epoch in range(2):
+            steps = [sorted(a + b) for a, b in zip(r0[setting][epoch], r1[setting][epoch], strict=True)]
+            assert steps == expected[epoch], (setting, epoch)

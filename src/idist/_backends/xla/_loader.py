@@ -17,8 +17,10 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, final
 
 import torch
+from torch.utils.data import Dataset
 
 from ...training._dataloader import AutoDataLoader
+from . import _lib
 
 if TYPE_CHECKING:
     from ...training._epochs import Pass
@@ -70,8 +72,8 @@ class DevicePass(Iterator[T]):
     def __init__(self, loader: XlaDeviceLoader[T]) -> None:
         from torch_xla.distributed.parallel_loader import ParallelLoader  # loaded on first iteration only
 
-        if loader.persistent_workers and loader.reading is not None:
-            loader.reading.close()  # its thread reads the workers' iterator this pass reuses
+        if loader.persistent_workers and loader._reading is not None:
+            loader._reading.close()  # its thread reads the workers' iterator this pass reuses
         self._loader = loader
         self._pass: Pass
         self._pass, cpu = loader._loading_pass()
@@ -79,7 +81,7 @@ class DevicePass(Iterator[T]):
         make = cast("Callable[[Iterable[object], list[torch.device]], _Parallel]", ParallelLoader)
         self._parallel = make(self._reader, [loader.xla_device])
         if loader.persistent_workers:
-            loader.reading = self._parallel
+            loader._reading = self._parallel
         self._device = self._parallel.per_device_loader(loader.xla_device)
         self._stop = weakref.finalize(self, _close_soon, self._parallel)
         self._stop.atexit = False
@@ -106,11 +108,19 @@ class DevicePass(Iterator[T]):
 
 
 class XlaDeviceLoader(AutoDataLoader[T]):
-    """An ``AutoDataLoader`` whose batches arrive on the XLA device (torch_xla's ``ParallelLoader``)."""
+    """An ``AutoDataLoader`` whose batches arrive on the XLA device (torch_xla's ``ParallelLoader``).
 
-    xla_device: torch.device
-    #: the device loader of the last pass (a new pass over persistent workers stops it first)
-    reading: _Parallel | None
+    Rebuilt from its public attributes (ignite's ``update_dataloader``), it keeps its device.
+    """
+
+    def __init__(self, dataset: Dataset[T], *, xla_device: torch.device | None = None, **kwargs: Any) -> None:
+        super().__init__(dataset, **kwargs)
+        if xla_device is None:
+            _lib.load()
+            xla_device = _lib.torch_xla.device()
+        self.xla_device = xla_device
+        #: the device loader of the last pass (a new pass over persistent workers stops it first)
+        self._reading: _Parallel | None = None
 
     def __iter__(self) -> DevicePass[T]:  # type: ignore[override]  # the device pass, not torch's iterator
         return DevicePass(self)
@@ -119,5 +129,5 @@ class XlaDeviceLoader(AutoDataLoader[T]):
 def adapt_loader(ctx: XlaContext, loader: AutoDataLoader[T]) -> AutoDataLoader[T]:
     loader.__class__ = XlaDeviceLoader
     assert isinstance(loader, XlaDeviceLoader)
-    loader.xla_device, loader.reading = ctx.device, None
+    loader.xla_device, loader._reading = ctx.device, None
     return loader
