@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Iterator, Mapping, Sized
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, IterableDataset
@@ -111,10 +111,8 @@ class AutoDataLoader(DataLoader[T_co]):
         return _Workers(self)
 
     def _loading_pass(self) -> tuple[Pass, Iterator[Any]]:
-        """A pass begun now (torch's iterator, on this thread) whose batches the caller reports to its
-        ``Pass`` as the model takes them; the iterator only loads them."""
-        it = DataLoader.__iter__(self)
-        assert isinstance(it, _Tracked)
+        """A pass begun now, and torch's iterator that only loads it (the caller reports its batches)."""
+        it = cast("_Tracked", DataLoader.__iter__(self))  # _get_iterator's
         return it.detach(), it
 
     def _begin_pass(self) -> Pass:
@@ -135,12 +133,10 @@ def _samplers(loader: DataLoader[Any]) -> list[object]:
 class _Tracked(_BaseDataLoaderIter):
     """An iterator that reports each batch, and the end of its pass, to the pass's bookkeeping."""
 
-    #: None once ``detach`` handed the pass to the iterator the model reads
-    _pass: Pass | None
+    _pass: Pass | None  # None once detached
 
     def detach(self) -> Pass:
-        """Hand this pass's bookkeeping to the iterator that yields its batches to the model (a device
-        loader reading this one ahead of it, on a thread of its own): from now on this one only loads."""
+        """Hand the pass to the iterator the model reads (a device loader reading this one ahead of it)."""
         begun, self._pass = self._pass, None
         assert begun is not None, "a pass is detached once"
         return begun
