@@ -139,7 +139,7 @@ def test_a_lost_node_costs_one_restart_and_the_other_node_returns_the_same_model
     nodes: list[subprocess.Popen[str]] = []
     try:
         for i, extra in enumerate(({}, {"IDIST_TEST_VICTIM": "1"})):
-            args = [sys.executable, script, str(tmp_path), str(port), "1" if i == 0 else "0", "6", "2"]
+            args = [sys.executable, script, str(tmp_path), f"127.0.0.1:{port}", "1", "1" if i == 0 else "0", "6", "2"]
             proc = subprocess.Popen(
                 args, stdout=logs[i], stderr=subprocess.STDOUT, text=True, env={**env, **extra}, start_new_session=True
             )

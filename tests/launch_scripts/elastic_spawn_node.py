@@ -1,7 +1,8 @@
-"""One node of an elastic ``idist.spawn`` job: ``elastic_spawn_node.py OUT PORT MAX_RESTARTS [STALL_STEP HOLD_BELOW]``.
+"""One node of an elastic ``idist.spawn`` job.
 
-Runs ``elastic_fns.train`` on 1 gloo rank of 1..2 nodes at 127.0.0.1:PORT (PYTHONPATH must hold
-tests/); the node that ends well writes the parameters it got back to OUT/final.pt.
+``elastic_spawn_node.py OUT ADDR:PORT NPROC MAX_RESTARTS STALL_STEP HOLD_BELOW`` runs
+``elastic_fns.train`` on NPROC gloo ranks, one node of 1..2 at the rendezvous ADDR:PORT
+(PYTHONPATH must hold tests/); a node that ends well writes rank 0's parameters to OUT/final.pt.
 """
 
 from __future__ import annotations
@@ -16,18 +17,18 @@ import idist
 
 
 def main() -> None:
-    out, port, restarts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    stall, hold = (int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) > 5 else (-1, 0)
+    out, endpoint, nproc, restarts, stall, hold = sys.argv[1:7]
+    addr, _, port = endpoint.rpartition(":")
     results = idist.spawn(
         "gloo",
         elastic_fns.train,
         (out,),
-        {"stall_step": stall, "hold_below": hold},
-        nproc_per_node=1,
+        {"stall_step": int(stall), "hold_below": int(hold)},
+        nproc_per_node=int(nproc),
         nnodes=(1, 2),
-        master_addr="127.0.0.1",
-        master_port=port,
-        max_restarts=restarts,
+        master_addr=addr,
+        master_port=int(port),
+        max_restarts=int(restarts),
     )
     torch.save(results[0], Path(out) / "final.pt")
 
