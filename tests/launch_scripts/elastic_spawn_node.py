@@ -2,11 +2,13 @@
 
 ``elastic_spawn_node.py OUT ADDR:PORT NPROC MAX_RESTARTS STALL_STEP HOLD_BELOW`` runs
 ``elastic_fns.train`` on NPROC gloo ranks, one node of 1..2 at the rendezvous ADDR:PORT
-(PYTHONPATH must hold tests/); a node that ends well writes rank 0's parameters to OUT/final.pt.
+(PYTHONPATH must hold tests/); a node that ends well writes its local rank 0's parameters to
+OUT/final-PID.pt.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -30,7 +32,7 @@ def main() -> None:
         master_port=int(port),
         max_restarts=int(restarts),
     )
-    torch.save(results[0], Path(out) / "final.pt")
+    torch.save(results[0], Path(out) / f"final-{os.getpid()}.pt")
 
 
 if __name__ == "__main__":

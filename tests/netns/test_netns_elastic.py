@@ -71,7 +71,38 @@ def test_a_killed_node_costs_one_restart_and_the_other_ends_with_the_same_model(
     assert "idist: restart 1 of 1: rank" in node0.output, node0.output
     runs = sorted(p.name for p in out.glob("attempt*"))
     assert runs[-1] == "attempt1-world2-from4", runs  # node 0 alone, from the last checkpoint saved on 4 ranks
-    final = torch.load(out / "final.pt")
-    for key, value in reference.items():
-        torch.testing.assert_close(final[key], value, rtol=1e-5, atol=1e-6, msg=key)
+    same_model(out, reference, 1)
     assert nodes.wait_empty(0, 10) == []
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("launcher", ["idist-run", "spawn"])
+def test_a_node_that_arrives_later_joins_and_the_job_ends_on_4_ranks_with_the_same_model(
+    nodes: NodeNet, tmp_path: Path, launcher: str, reference: dict[str, torch.Tensor]
+) -> None:
+    """Node 0 starts alone (1 of 1..2 nodes) and waits at step 1; node 1 joins: the agents restart the
+    ranks for it, which costs no restart, and the job ends on 4 ranks."""
+    out = tmp_path / "out"
+    out.mkdir()
+    endpoint = f"{nodes.nodes[0].addr}:{PORT}"
+    env = clean_env(PYTHONPATH=str(TESTS), PYTHONUNBUFFERED="1")
+    node0 = nodes.start(0, command(launcher, out, endpoint, 0), env, name="node0")
+    deadline = time.monotonic() + 90
+    while not (out / "attempt0-world2-from0").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    node1 = nodes.start(1, command(launcher, out, endpoint, 0), env, name="node1")
+    assert node0.wait(120) == 0, node0.output
+    assert node1.wait(60) == 0, node1.output
+    assert "a node joins (this does not count as a restart)" in node0.output, node0.output
+    assert sorted(p.name for p in out.glob("attempt*")) == ["attempt0-world2-from0", "attempt0-world4-from0"]
+    same_model(out, reference, 1 if launcher == "idist-run" else 2)
+
+
+def same_model(out: Path, reference: dict[str, torch.Tensor], files: int) -> None:
+    """Each final parameters file (idist run's rank 0; each spawn call's local rank 0) is the reference."""
+    finals = sorted(out.glob("final*.pt"))
+    assert len(finals) == files, finals
+    for path in finals:
+        final = torch.load(path)
+        for key, value in reference.items():
+            torch.testing.assert_close(final[key], value, rtol=1e-5, atol=1e-6, msg=f"{path.name}: {key}")
