@@ -132,3 +132,17 @@ def listeners(local_rank: int, initialize: bool = True) -> list[str]:
     if initialize:
         idist.finalize()
     return mine
+
+
+def fail_then_peer_fails(local_rank: int, out: str) -> None:
+    """Rank 1 raises at once; rank 0 raises its own error 0.3 s after rank 1 has ended, recording
+    first that it got to (a rank's own report, as a peer's failure makes it fail too)."""
+    gone = Path(out, "rank1-failed")
+    if local_rank == 1:
+        gone.write_text("")
+        raise ValueError("rank 1 failed first")
+    while not gone.exists():
+        time.sleep(0.01)
+    time.sleep(0.3)
+    Path(out, "rank0-reported").write_text("")
+    raise RuntimeError("rank 0 failed because rank 1 did")

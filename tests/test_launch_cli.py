@@ -48,6 +48,31 @@ def test_run_exits_with_the_status_of_the_first_failing_rank(how: str, status: i
     assert f"idist run: rank 1 (local rank 1) {says}" in proc.stderr
 
 
+_FAIL_THEN_PEER = """
+import os, sys, time, pathlib
+out = pathlib.Path(sys.argv[1])
+if os.environ["LOCAL_RANK"] == "1":
+    (out / "rank1-failed").write_text("")
+    sys.exit("rank 1 failed first")
+while not (out / "rank1-failed").exists():
+    time.sleep(0.01)
+time.sleep(0.3)
+sys.exit("rank 0 failed because rank 1 did")
+"""
+
+
+def test_a_rank_failing_just_after_the_first_still_reports_its_own_error(tmp_path: Path) -> None:
+    """Ranks usually fail together (a peer lost, a store gone): the others get a moment to end on
+    their own, with their own message, before they are stopped; the first sets the status."""
+    script = tmp_path / "fail_then_peer.py"
+    script.write_text(_FAIL_THEN_PEER)
+    proc = run_py(["-m", "idist", "run", "-n", "2", str(script), str(tmp_path)])
+    assert proc.returncode == 1, proc.stderr
+    assert "idist run: rank 1 (local rank 1) exited with code 1; stopped the others" in proc.stderr
+    assert "rank 1 failed first" in proc.stderr
+    assert "rank 0 failed because rank 1 did" in proc.stderr, proc.stderr
+
+
 def test_run_multi_node_on_one_host_through_the_cli() -> None:
     with reserve_port() as reservation:
         port = str(reservation.port)

@@ -98,6 +98,15 @@ def test_a_failing_rank_fails_the_launch_fast_and_the_others_are_stopped(
     assert elapsed < 120, elapsed
 
 
+def test_a_rank_failing_just_after_the_first_reports_its_own_error_before_it_is_stopped(tmp_path: Path) -> None:
+    """Ranks usually fail together (a peer lost, a store gone): the others get a moment to end on
+    their own (their except/finally blocks run) before they are stopped; the first is blamed."""
+    with pytest.raises(LaunchError) as info:
+        idist.spawn(launch_fns.fail_then_peer_fails, args=(str(tmp_path),), nprocs=2)
+    assert info.value.rank == 1 and "rank 1 failed first" in str(info.value)
+    assert (tmp_path / "rank0-reported").exists(), "rank 0 was stopped before it could report"
+
+
 def test_join_false_returns_a_handle_to_poll_join_or_terminate(tmp_path: Path) -> None:
     handle = idist.spawn(launch_fns.add, args=(10,), nprocs=2, join=False)
     assert isinstance(handle, idist.SpawnHandle)

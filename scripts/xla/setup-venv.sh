@@ -18,7 +18,7 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q "torch==2.9.0" "torch_xla==2.9.0"
 "$VENV/bin/python" -m pip install -q "attrs>=23.1" numpy "pytest>=8" "pytest-timeout>=2.3" \
-  "hypothesis>=6.100" "mypy>=1.10"
+  "hypothesis>=6.100" "mypy>=1.10" "pytorch-ignite==0.5.5"
 "$VENV/bin/python" -m pip install -q --no-deps -e .
 rm -f "$VENV"/.idist-xla-setup-*
 touch "$stamp"

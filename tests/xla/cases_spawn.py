@@ -18,8 +18,27 @@ import idist
 from driven_cases import fail_on, report, sleeper
 from idist import _detect
 
-__all__ = ["fail_on", "report", "sleeper"]
+__all__ = ["fail_on", "loader_passes", "report", "sleeper"]
 from idist.launch import launched_by
+
+
+def loader_passes(local_rank: int, n: int) -> list[list[list[list[int]]]]:
+    """Per setting (no workers, 1 worker, 1 persistent worker): a look at one batch on rank 0, then
+    2 whole passes, as this replica's batches of ``range(n)`` (global batch 2 x world size)."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    ctx = idist.current()
+    out = []
+    for workers, persistent in [(0, False), (1, False), (1, True)]:
+        loader = ctx.auto_dataloader(
+            TensorDataset(torch.arange(n)), batch_size=2 * ctx.world_size, shuffle=True,
+            num_workers=workers, persistent_workers=persistent,
+        )  # fmt: skip
+        if ctx.rank == 0:
+            next(iter(loader))
+        out.append([[b[0].cpu().tolist() for b in loader] for _ in range(2)])
+    return out
 
 
 def _what_replica_sees(index: int) -> None:

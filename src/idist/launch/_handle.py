@@ -2,7 +2,8 @@
 
 The parent waits on every rank at once (each rank's process sentinel and its result
 pipe), never on one after another. The first rank that raises, exits non-zero or is
-killed makes the parent stop the others and what they started (``_stopping``) and raise
+killed makes the parent stop the others and what they started (``_stopping``), once they
+had ``SETTLE_SECONDS`` to end by themselves (ranks usually fail together), and raise
 ``LaunchError`` with that rank's number, exit code or signal and traceback. Ctrl-C (or any
 exception) while waiting stops every rank the same way. A rank that ended without returning
 (stopped by ``terminate()`` included) is a failure, never a result of ``None``.
@@ -73,6 +74,10 @@ class SpawnHandle(Generic[R]):
         self._released = False
         #: a second Ctrl-C while the ranks are being stopped: SIGKILL now
         self._hurry = threading.Event()
+        #: the failures seen so far, by local rank; after the first, the others get until
+        #: ``_settle_until`` to end by themselves (their own except/finally blocks run)
+        self._failures: dict[int, _Failure] = {}
+        self._settle_until: float | None = None
 
     @property
     def processes(self) -> list[BaseProcess]:
@@ -120,13 +125,19 @@ class SpawnHandle(Generic[R]):
         try:
             while True:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                failures = self._step(left)
-                if failures:
-                    first = min(failures, key=lambda f: f.when)
-                    self._stop()
-                    self._error = self._launch_error(first)
-                    raise self._error
-                if all(r.finished for r in self._ranks):
+                if self._settle_until is not None:
+                    left = max(0.0, min(left if left is not None else 1.0, self._settle_until - time.monotonic()))
+                for f in self._step(left):
+                    self._failures.setdefault(f.rank.local_rank, f)  # as first seen
+                if self._failures:
+                    if self._settle_until is None:
+                        self._settle_until = time.monotonic() + _sessions.SETTLE_SECONDS
+                    if all(r.finished for r in self._ranks) or time.monotonic() >= self._settle_until:
+                        first = min(self._failures.values(), key=lambda f: f.when)
+                        self._stop()
+                        self._error = self._launch_error(first)
+                        raise self._error
+                elif all(r.finished for r in self._ranks):
                     break
                 if deadline is not None and time.monotonic() >= deadline:
                     return False

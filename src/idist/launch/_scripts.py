@@ -97,10 +97,13 @@ class _Job:
 
     def watch(self) -> tuple[int, str | None]:
         """Wait until every rank exited, one failed, a signal came or the reader left: the
-        launcher's status, and what to say about it. A rank being debugged (``spare``) is left to
+        launcher's status, and what to say about it. After a failure the others get
+        ``SETTLE_SECONDS`` to end by themselves (with their own report) before they are stopped;
+        the first failure sets the status. A rank being debugged (``spare``) is left to
         its debugger when another fails: the others are stopped, and the launcher waits for it."""
         last_reap = time.monotonic()
         first: tuple[int, str] | None = None
+        settle_until = 0.0
         while True:
             if self.signals:
                 received = signal.Signals(self.signals[0])
@@ -112,12 +115,16 @@ class _Job:
                 if self.spare is not None and codes[self.spare] is None:
                     time.sleep(0.05)
                     continue
+                if None in codes and time.monotonic() < settle_until:
+                    time.sleep(0.05)
+                    continue
                 return first
             failed = [(local, c) for local, c in enumerate(codes) if c is not None and c != 0]
             if failed:
                 # seen in the same look: a rank a signal killed is the likelier cause of the others'
                 # exits (they lost it) than the other way round
                 first = self.failure(*min(failed, key=lambda lc: (lc[1] > 0, lc[0])))
+                settle_until = time.monotonic() + _sessions.SETTLE_SECONDS
                 if self.spare is not None and codes[self.spare] is None:
                     self.output.say(first[1].replace("stopped the others", "stopping the others but the debugged rank"))
                     _sessions.end([p.pid for i, p in enumerate(self.procs) if i != self.spare], GRACE_SECONDS)

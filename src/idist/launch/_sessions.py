@@ -23,6 +23,10 @@ from collections.abc import Callable, Collection, Iterator
 
 #: how often a wait for processes to end looks again
 POLL_SECONDS = 0.02
+#: Seconds the other ranks get, after one failed, to end by themselves before they are stopped:
+#: ranks usually fail together (a peer or the store lost, seen a slice apart), and a rank's own
+#: report (its traceback, its except and finally blocks) is the truth about it.
+SETTLE_SECONDS = 2.0
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
 

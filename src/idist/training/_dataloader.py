@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Mapping, Sized
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterator, Mapping, Sized
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, IterableDataset
@@ -110,6 +110,11 @@ class AutoDataLoader(DataLoader[T_co]):
         self.check_worker_number_rationality()
         return _Workers(self)
 
+    def _loading_pass(self) -> tuple[Pass, Iterator[Any]]:
+        """A pass begun now, and torch's iterator that only loads it (the caller reports its batches)."""
+        it = cast("_Tracked", DataLoader.__iter__(self))  # _get_iterator's
+        return it.detach(), it
+
     def _begin_pass(self) -> Pass:
         start = getattr(self.batch_sampler, "start_iteration", None)  # ignite's ReproducibleBatchSampler resumes
         if not isinstance(start, int):
@@ -128,15 +133,22 @@ def _samplers(loader: DataLoader[Any]) -> list[object]:
 class _Tracked(_BaseDataLoaderIter):
     """An iterator that reports each batch, and the end of its pass, to the pass's bookkeeping."""
 
-    _pass: Pass
+    _pass: Pass | None  # None once detached
+
+    def detach(self) -> Pass:
+        """Hand the pass to the iterator the model reads (a device loader reading this one ahead of it)."""
+        begun, self._pass = self._pass, None
+        assert begun is not None, "a pass is detached once"
+        return begun
 
     def __next__(self) -> Any:
         try:
             data = super().__next__()
         except StopIteration:
-            self._pass.end()
+            if self._pass is not None:
+                self._pass.end()
             raise
-        return self._pass.batch(data)
+        return data if self._pass is None else self._pass.batch(data)
 
 
 class _OneProcess(_Tracked, _SingleProcessDataLoaderIter):

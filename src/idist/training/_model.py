@@ -53,8 +53,7 @@ def auto_model(
     check_options(ctx.device, strategy, kwargs)
     if isinstance(model, WRAPPERS) or is_sharded(model):
         logger.info("auto_model: %s is already wrapped; returned as it is", type(model).__name__)
-        if ctx.model_name() != "xla-dist":
-            weigh_gradients(ctx, model)  # once: a model auto_model returned has the hook already
+        weigh_gradients(ctx, model)  # once: a model auto_model returned has the hook already
         return model
     device = ctx.device
     tensors = [*model.parameters(), *model.buffers()]
@@ -63,8 +62,7 @@ def auto_model(
     wrapped = (
         ctx._shard_model(model, sync_bn, kwargs) if strategy == "fsdp" else ctx._wrap_model(model, sync_bn, kwargs)
     )
-    if ctx.model_name() != "xla-dist":  # XLA's loader runs ahead of the model: no batch to weigh by
-        weigh_gradients(ctx, wrapped)
+    weigh_gradients(ctx, wrapped)
     return wrapped
 
 

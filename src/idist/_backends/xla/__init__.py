@@ -6,7 +6,8 @@ _device    XlaDevice: running programs now, in rank order on the multi-thread CP
 _comm      XlaComm: byte collectives every replica runs
 _reduce    tensor all_reduce / broadcast: exact bits, emulated ops
 _lib       the lazily imported modules
-_training  auto_model / auto_optim / auto_dataloader hooks
+_training  auto_model / auto_optim hooks
+_loader    auto_dataloader: batches on the device, counted as the model takes them
 """
 
 from ._context import XlaContext

@@ -18,7 +18,7 @@ from torch import nn
 from ... import _codec, _collectives, _exchange
 from ..._context import DistContext
 from ..._errors import IdistError
-from . import _agree, _create, _lib, _reduce, _training
+from . import _agree, _create, _lib, _loader, _reduce, _training
 from ._comm import XlaComm, make_comm
 from ._device import XlaDevice
 
@@ -148,4 +148,4 @@ class XlaContext(DistContext[XlaComm]):
         return bool(requested)
 
     def _adapt_loader(self, loader: AutoDataLoader[T]) -> AutoDataLoader[T]:
-        return _training.adapt_loader(self, loader)
+        return _loader.adapt_loader(self, loader)

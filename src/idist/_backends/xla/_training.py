@@ -1,4 +1,4 @@
-"""auto_model / auto_optim / auto_dataloader on XLA: what ``XlaContext``'s training hooks do.
+"""auto_model / auto_optim on XLA: what ``XlaContext``'s training hooks do.
 
 - ``auto_model``: the shared helper has moved the model to the XLA device; with several
   replicas every rank then starts from rank 0's parameters and buffers (one exact
@@ -7,16 +7,14 @@
   over the replicas, as ``xm.optimizer_step`` does: ``xm.reduce_gradients`` (lazy, part of
   the step's program) on TPU/GPU; on the multi-thread XLA CPU device, one in-turn
   ``all_reduce`` per gradient dtype (see ``_xla``), so no later graph holds a collective.
-- ``auto_dataloader``: the loader's batches arrive on the XLA device through torch_xla's
-  ``MpDeviceLoader`` (background upload; it steps the graph once per batch).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, TypeVar, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 from torch import nn
@@ -24,7 +22,6 @@ from torch import nn
 from ..._errors import TrainingSetupError
 from ..._frame import tensor_bytes
 from ...training._agree import agree, unwrapped_state
-from ...training._dataloader import AutoDataLoader
 from . import _lib
 
 if TYPE_CHECKING:
@@ -103,36 +100,3 @@ def wrap_optimizer(ctx: XlaContext, optimizer: OptimizerT, kwargs: OptimOptions)
     optimizer.step = reduced_step  # type: ignore[method-assign, assignment]  # this optimizer's step, on purpose
     setattr(optimizer, WRAPPED, True)
     return optimizer
-
-
-class _OnePass:
-    """One pass of an AutoDataLoader, as the plain iterable MpDeviceLoader reads."""
-
-    def __init__(self, loader: AutoDataLoader[object]) -> None:
-        self.loader = loader
-
-    def __iter__(self) -> Iterator[object]:
-        return AutoDataLoader.__iter__(self.loader)
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-
-class XlaDeviceLoader(AutoDataLoader[T]):
-    """An ``AutoDataLoader`` whose batches arrive on the XLA device (``MpDeviceLoader``)."""
-
-    xla_device: torch.device
-
-    def __iter__(self) -> Iterator[T]:  # type: ignore[override]  # MpDeviceLoader's iterator, not torch's
-        from torch_xla.distributed.parallel_loader import MpDeviceLoader  # loaded on first iteration only
-
-        # the same batches, moved to the device (torch_xla types its loader for a DataLoader)
-        device_loader = cast("Callable[..., Iterable[T]]", MpDeviceLoader)(_OnePass(self), self.xla_device)
-        return iter(device_loader)
-
-
-def adapt_loader(ctx: XlaContext, loader: AutoDataLoader[T]) -> AutoDataLoader[T]:
-    loader.__class__ = XlaDeviceLoader
-    assert isinstance(loader, XlaDeviceLoader)
-    loader.xla_device = ctx.device
-    return loader
