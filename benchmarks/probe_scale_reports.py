@@ -19,55 +19,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
-import torch
+import pytest
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemWriter
 
 import idist
-from idist._backends.native._comm import NativeComm
 from idist.testing import simulate
 
-
-class _Raises:
-    def __init__(self, message: str | None) -> None:
-        self.message = message
-
-    def state_dict(self) -> dict[str, int]:
-        return {"x": 1}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        message, self.message = self.message, None
-        if message is not None:
-            raise ValueError(message)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from failing_loads import FailsOnce, counting_gathers, load_failing
 
 
 def _largest_gather(folder: Path, n: int, messages: dict[int, str]) -> int:
-    sizes: list[int] = []
-    original = NativeComm.allgather_bytes
-
-    def counting(self: NativeComm, buf: torch.Tensor) -> torch.Tensor:
-        out = original(self, buf)
-        sizes.append(out.numel())
-        return out
-
-    def fn(ctx: idist.DistContext) -> None:
-        try:
-            ctx.load_checkpoint(folder, {"obj": _Raises(messages.get(ctx.rank))})
-        except idist.CheckpointError:
-            return
-        raise AssertionError("the load did not fail")
-
-    NativeComm.allgather_bytes = counting  # type: ignore[method-assign]  # counting, then put back
-    try:
-        simulate(n, fn)
-    finally:
-        NativeComm.allgather_bytes = original  # type: ignore[method-assign]
+    with pytest.MonkeyPatch.context() as patch:
+        sizes = counting_gathers(patch)
+        errors = load_failing(folder, n, messages)
+    assert all(name == "CheckpointError" for name, _ in errors), "the load did not fail on every rank"
     return max(sizes)
 
 
@@ -106,7 +80,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        idist.save_checkpoint(root / "ck", {"obj": _Raises(None)})
+        idist.save_checkpoint(root / "ck", {"obj": FailsOnce()})
         _fs_calls(root, 1)  # the first load imports what loads need (imports ask the filesystem too)
         for n in (int(x) for x in args.ranks.split(",")):
             every = _largest_gather(root / "ck", n, {r: f"rank {r}: " + "e" * 1024 for r in range(n)})

@@ -11,7 +11,6 @@ apart before data moves (docs/failures.md): there every rank reduces rank 0's va
 
 from __future__ import annotations
 
-import enum
 import struct
 import threading
 from pathlib import PurePosixPath, PureWindowsPath
@@ -25,29 +24,8 @@ from hypothesis import strategies as st
 from idist import DistContext, IdistError
 from idist.testing import Runner
 
+from ._payloads import Bomb, Color, Perm
 from ._support import MOVE_DTYPES, OPS, any_float, any_text, int64s, random_bits, shapes
-
-
-class Color(enum.IntEnum):
-    RED = 1
-    BLUE = 2
-
-
-class Perm(enum.IntFlag):
-    R = 4
-    W = 2
-
-
-class Bomb:
-    """Pickles; unpickling it raises."""
-
-    def __reduce__(self) -> tuple[Any, tuple[()]]:
-        return (_explode, ())
-
-
-def _explode() -> None:
-    raise RuntimeError("refuses to unpickle")
-
 
 # A rank's value, as something that pickles to the rank (a runner may ship arguments to
 # processes): a marker for what cannot travel as itself, a spec for tensors.

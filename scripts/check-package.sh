@@ -5,6 +5,9 @@
 #   2. `twine check --strict` on both, and the wheel holds py.typed, the Horovod stubs and the LICENSE
 #   3. a fresh venv in a temporary folder: torch==2.13.0 first (the CPU build from local
 #      disk, never a CUDA one), then the wheel itself (not editable)
+#   (1 and 3 are scripts/package-build.sh, into $IDIST_PACKAGE_DIR when scripts/test.sh gives
+#   one: pytest's tests/test_package_types.py has built them already in this run, for the
+#   same content, so they are reused instead of built twice)
 #   4. from a folder outside the checkout, so the installed copy is what is imported:
 #      `idist info`, and `idist run -n 2` of a script that checks an all_reduce on 2 ranks
 # The temporary folder goes on exit, also on failure or Ctrl-C. pip's cache is reused.
@@ -12,26 +15,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${IDIST_VENV:-.venv}/bin/python   # has build and twine (the dev extra)
-BASE_PY=${PYTHON:-python3.11}         # what the fresh venv is made from (as setup-venv.sh)
 work=$(mktemp -d "${TMPDIR:-/tmp}/idist-package.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 step() { echo "-- package: $* (${SECONDS}s)"; }
 
-step "build sdist + wheel"
-if ! "$PY" -m build --outdir "$work/dist" . >"$work/build.log" 2>&1; then
-  tail -n 40 "$work/build.log"
-  echo "check-package: python -m build failed" >&2
-  exit 1
-fi
-if grep -n "SetuptoolsDeprecationWarning" "$work/build.log"; then
+step "build sdist + wheel, and a fresh venv with torch==2.13.0, then the wheel"
+# built once per run: scripts/test.sh shares IDIST_PACKAGE_DIR with tests/test_package_types.py
+pkg=${IDIST_PACKAGE_DIR:-$work/package}
+bash scripts/package-build.sh "$pkg"
+if grep -n "SetuptoolsDeprecationWarning" "$pkg/build.log"; then
   echo "check-package: setuptools warns about the package metadata (above)" >&2
   exit 1
 fi
-sdist=$(echo "$work"/dist/idist-*.tar.gz)
-wheel=$(echo "$work"/dist/idist-*-py3-none-any.whl)
-[ -f "$sdist" ] && [ -f "$wheel" ] || { ls -l "$work/dist" >&2; echo "check-package: no sdist or wheel" >&2; exit 1; }
+sdist=$(echo "$pkg"/dist/idist-*.tar.gz)
+wheel=$(echo "$pkg"/dist/idist-*-py3-none-any.whl)
+[ -f "$sdist" ] && [ -f "$wheel" ] || { ls -l "$pkg/dist" >&2; echo "check-package: no sdist or wheel" >&2; exit 1; }
 echo "$(basename "$sdist") $(basename "$wheel")"
 
 step "twine check --strict"
@@ -62,13 +62,6 @@ assert not missing, f"sdist lacks {sorted(missing)}"
 print(f"wheel: {len(names)} files, py.typed and LICENSE present; sdist: {len(members)} entries")
 EOF
 
-step "fresh venv, torch==2.13.0, then the wheel"
-"$BASE_PY" -m venv "$work/venv"
-VPY=$work/venv/bin/python
-# --no-compile: byte-compiling torch's ~20k modules is most of the install's CPU time
-"$VPY" -m pip install -q --no-compile "torch==2.13.0"
-"$VPY" -m pip install -q --no-compile "$wheel"
-
 step "idist info, idist run -n 2 (from $work, not the checkout)"
 cat >"$work/smoke.py" <<'EOF'
 import sys
@@ -90,8 +83,8 @@ finally:
 EOF
 cd "$work"
 unset PYTHONPATH
-"$work/venv/bin/idist" info
-out=$(timeout 300 "$work/venv/bin/idist" run -n 2 smoke.py 2>&1) || {
+"$pkg/venv/bin/idist" info
+out=$(timeout 300 "$pkg/venv/bin/idist" run -n 2 smoke.py 2>&1) || {
   echo "$out" | tail -n 40
   echo "check-package: the 2-rank smoke test failed" >&2
   exit 1

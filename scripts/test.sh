@@ -39,11 +39,20 @@ stage() {
 summary() {
   local rc=$?
   end_stage
+  [ -z "${package_tmp:-}" ] || rm -rf "$package_tmp"
   echo "== stage times (wall clock)"
   printf '%s\n' "${times[@]}"
   printf '%5ss  total (exit status %s)\n' "$((SECONDS - run_start))" "$rc"
 }
 trap summary EXIT
+# The sdist, wheel and fresh venv of scripts/package-build.sh, built once in this run (by
+# tests/test_package_types.py, or else by the package stage) and reused by the other; set
+# IDIST_PACKAGE_DIR yourself to keep them across runs (rebuilt whenever the sources change).
+package_tmp=""
+if [ -z "${IDIST_PACKAGE_DIR:-}" ]; then
+  package_tmp=$(mktemp -d "${TMPDIR:-/tmp}/idist-package-build.XXXXXX")
+  export IDIST_PACKAGE_DIR=$package_tmp
+fi
 
 stage "set-up (scripts/setup-venv.sh)"
 bash scripts/setup-venv.sh

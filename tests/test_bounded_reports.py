@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 import idist
-from idist import CheckpointError, LeaderFailedError, TrainingSetupError
-from idist._backends.native._comm import NativeComm
+from failing_loads import FailsOnce, counting_gathers, load_failing
+from idist import LeaderFailedError, TrainingSetupError
 from idist.testing import simulate
 from idist.training._agree import agree
 
@@ -27,51 +27,14 @@ REPORT_LIMIT = 8 * 1024
 GATHER_LIMIT = 64 * 1024
 
 
-class _Stateful:
-    """A stateful object whose first ``load_state_dict`` raises ``message`` (when there is one)."""
-
-    def __init__(self, message: str | None = None) -> None:
-        self.message = message
-
-    def state_dict(self) -> dict[str, int]:
-        return {"x": 1}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        message, self.message = self.message, None  # putting it back then works
-        if message is not None:
-            raise ValueError(message)
-
-
-def _gathered(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The byte size of every buffer an all_gather brings to a rank from now on."""
-    sizes: list[int] = []
-    original = NativeComm.allgather_bytes
-
-    def counting(self: NativeComm, buf: torch.Tensor) -> torch.Tensor:
-        out = original(self, buf)
-        sizes.append(out.numel())
-        return out
-
-    monkeypatch.setattr(NativeComm, "allgather_bytes", counting)
-    return sizes
-
-
 def _load_failing(tmp_path: Path, world_size: int, message: dict[int, str]) -> list[tuple[str, str]]:
     """Every rank's error when rank r's stateful object raises ``message[r]`` during a load."""
-    idist.save_checkpoint(tmp_path / "ck", {"obj": _Stateful()})
-
-    def fn(ctx: idist.DistContext) -> tuple[str, str]:
-        try:
-            ctx.load_checkpoint(tmp_path / "ck", {"obj": _Stateful(message.get(ctx.rank))})
-        except CheckpointError as exc:
-            return type(exc).__name__, str(exc)
-        return "ok", ""
-
-    return simulate(world_size, fn)
+    idist.save_checkpoint(tmp_path / "ck", {"obj": FailsOnce()})
+    return load_failing(tmp_path / "ck", world_size, message)
 
 
 def test_a_ten_megabyte_error_reaches_every_rank_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    sizes = _gathered(monkeypatch)
+    sizes = counting_gathers(monkeypatch)
     outcomes = _load_failing(tmp_path, 3, {1: "disk on fire: " + "x" * BIG + " (the end)"})
     assert len(set(outcomes)) == 1, "every rank raises the same error"
     name, message = outcomes[0]
@@ -104,7 +67,7 @@ def test_a_report_of_many_failed_ranks_names_the_first_and_counts_the_rest(tmp_p
 
 
 def test_a_leaders_ten_megabyte_error_reaches_its_followers_cut(monkeypatch: pytest.MonkeyPatch) -> None:
-    sizes = _gathered(monkeypatch)
+    sizes = counting_gathers(monkeypatch)
 
     def fn(ctx: idist.DistContext) -> str:
         try:
@@ -127,7 +90,7 @@ def test_a_leaders_ten_megabyte_error_reaches_its_followers_cut(monkeypatch: pyt
 
 
 def test_agree_gathers_a_digest_and_names_the_first_ranks_that_differ(monkeypatch: pytest.MonkeyPatch) -> None:
-    sizes = _gathered(monkeypatch)
+    sizes = counting_gathers(monkeypatch)
     layout = [(f"layer{i}.weight", "torch.float32", (1024, 1024)) for i in range(2000)]  # about 100 kB
     simulate(3, lambda ctx: agree(ctx, "the model's parameters and buffers", layout))
     assert max(sizes) < GATHER_LIMIT
@@ -176,7 +139,7 @@ class _Unpicklable:
 
 def test_a_collectives_ten_megabyte_error_reaches_every_rank_cut(monkeypatch: pytest.MonkeyPatch) -> None:
     """A value error's text is cut before the error frame is agreed on (#33): no rank gathers it whole."""
-    sizes = _gathered(monkeypatch)
+    sizes = counting_gathers(monkeypatch)
 
     def fn(ctx: idist.DistContext) -> tuple[str, str]:
         try:

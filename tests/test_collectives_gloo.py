@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import math
 import struct
 import threading
@@ -11,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from properties._payloads import Bomb, Color, Mode, Perm
 
 import idist
 from multiproc import run_ranks
@@ -132,30 +132,6 @@ def sum_left(values: Any) -> float:
 # ------------------------------------------------------------------ issue 33
 # One launch of 2 real gloo ranks runs every case below, each in a context of its own
 # (semantics_cases.fresh_context); each test then checks one row of what came back.
-class Color(enum.IntEnum):
-    RED = 1
-
-
-class Mode(enum.StrEnum):
-    FAST = "fast"
-
-
-class Perm(enum.IntFlag):
-    R = 4
-    W = 2
-
-
-class Bomb:
-    """Pickles fine; unpickling it raises (on every rank alike)."""
-
-    def __reduce__(self) -> tuple[Any, tuple[()]]:
-        return (_explode, ())
-
-
-def _explode() -> None:
-    raise RuntimeError("this payload refuses to unpickle")
-
-
 def _outcome(fn: Any) -> tuple[str, Any]:
     try:
         value = fn()

@@ -10,6 +10,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,18 +47,25 @@ def test_rank_killed_mid_collective_gives_peer_lost_on_survivors() -> None:
     assert took < 15
 
 
-def _never_calls(rank: int) -> tuple[str, str, float]:
+def _never_calls(rank: int, done: str) -> tuple[str, str, float]:
     ctx = idist.initialize("gloo", timeout=60)
     ctx.barrier()
     if rank == 1:
-        time.sleep(8)  # busy elsewhere: never joins the barrier in time
+        # busy elsewhere: never joins the barrier, until rank 0 has its outcome (an event, not a
+        # sleep long enough for it; 30 s at most, so a rank 0 that hangs fails the test, not this)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(done) and time.monotonic() < deadline:
+            time.sleep(0.05)
         return ("skipped", "", 0.0)
-    with ctx.timeout(2):
-        return _outcome(ctx.barrier)
+    try:
+        with ctx.timeout(2):
+            return _outcome(ctx.barrier)
+    finally:
+        Path(done).touch()
 
 
-def test_rank_that_never_arrives_is_named_after_the_section_timeout() -> None:
-    results = run_ranks(_never_calls, 2, timeout=90)
+def test_rank_that_never_arrives_is_named_after_the_section_timeout(tmp_path: Path) -> None:
+    results = run_ranks(_never_calls, 2, str(tmp_path / "rank0-done"), timeout=90)
     name, msg, took = results[0]
     assert name == "CollectiveTimeoutError", msg
     assert "ranks [1] did not arrive" in msg

@@ -13,8 +13,8 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -34,17 +34,16 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 900) -> None:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(the wheel, the python of a fresh venv that has it installed)."""
-    work = tmp_path_factory.mktemp("package")
-    # the sdist, then the wheel from it (as check-package.sh): a build/ left in the checkout cannot leak in
-    _run([sys.executable, "-m", "build", "--outdir", str(work / "dist"), str(ROOT)], cwd=work)
-    (wheel,) = (work / "dist").glob("idist-*.whl")
     if shutil.which(BASE_PYTHON) is None:
         pytest.skip(f"{BASE_PYTHON} is not here to make a fresh venv from")
-    _run([BASE_PYTHON, "-m", "venv", str(work / "venv")], cwd=work)
-    python = work / "venv" / "bin" / "python"
-    _run([str(python), "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0"], cwd=work)
-    _run([str(python), "-m", "pip", "install", "-q", "--no-compile", str(wheel)], cwd=work)
-    return wheel, python
+    # scripts/package-build.sh, as check-package.sh: the sdist, the wheel from it (a build/ left
+    # in the checkout cannot leak in), a fresh venv with torch==2.13.0 and then the wheel. Under
+    # scripts/test.sh into the run's IDIST_PACKAGE_DIR, so the package stage reuses it.
+    shared = os.environ.get("IDIST_PACKAGE_DIR")
+    work = Path(shared) if shared else tmp_path_factory.mktemp("package")
+    _run(["bash", str(ROOT / "scripts" / "package-build.sh"), str(work)], cwd=ROOT)
+    (wheel,) = (work / "dist").glob("idist-*.whl")
+    return wheel, work / "venv" / "bin" / "python"
 
 
 def test_the_wheel_holds_every_module_and_the_stubs(installed: tuple[Path, Path]) -> None:
@@ -70,11 +69,15 @@ def reports(
     (user / "mypy.ini").write_text(
         "[mypy]\nstrict = True\nenable_error_code = deprecated\nuntyped_calls_exclude = torch._tensor.Tensor.backward\n"
     )
-    out = {"mypy": mypy_report(copies, user / "mypy.ini", user / ".mypy_cache", cwd=user, python=str(python))}
-    if pyright_available():
-        config = {"strict": ["."], "pythonVersion": "3.11", "reportMissingModuleSource": "none"}
-        (user / "pyrightconfig.json").write_text(json.dumps(config))
-        out["pyright"] = pyright_report(copies, user, python=str(python))
+    config = {"strict": ["."], "pythonVersion": "3.11", "reportMissingModuleSource": "none"}
+    (user / "pyrightconfig.json").write_text(json.dumps(config))
+    # the two checkers are separate processes: side by side, so this waits for the slower only
+    with ThreadPoolExecutor(2) as pool:
+        mypy = pool.submit(mypy_report, copies, user / "mypy.ini", user / ".mypy_cache", cwd=user, python=str(python))
+        pyright = pool.submit(lambda: pyright_report(copies, user, python=str(python)) if pyright_available() else None)
+        out = {"mypy": mypy.result()}
+        if (found := pyright.result()) is not None:
+            out["pyright"] = found
     return out, copies
 
 

@@ -142,7 +142,7 @@ def test_a_lost_node_a_lost_rank_and_a_lost_speaker_are_named_within_the_limit(s
             assert "no heartbeat from them" in lost.why and "liveness limit 1s" in lost.why, lost
             for other in (beats[1], beats[10]):  # every rank alive sees the same, within a second more
                 found, _ = _until(lambda o=other, g=set(gone): _names(o, world) == g, 2.0)
-                assert found, (case, other.rank, other.lost(range(world)))
+                assert found, (case, other.topology.rank, other.lost(range(world)))
     finally:
         for beat in beats:
             beat.stop()

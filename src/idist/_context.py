@@ -159,7 +159,7 @@ class DistContext(TrainingMethods[CommT_co]):
         if comm is None or comm.group_rank < 0:  # nobody waits for this rank, unless it is a bystander
             return self._outside(comm, "all_reduce", x, _collectives.checked_op(self, False, x, op, error)[1])
         name, error = _collectives.checked_op(self, True, x, op, error)
-        self._checkpoint(comm, "all_reduce", name, value=x, error=error)
+        self._checkpoint(comm, "all_reduce", op=name, src="", value=x, error=error)
         return _collectives.all_reduce(self, comm, x, name)
 
     @overload
@@ -179,7 +179,7 @@ class DistContext(TrainingMethods[CommT_co]):
         comm, error = self._enter(group)
         if comm is None or comm.group_rank < 0:
             return [self._outside(comm, "all_gather", x, None)]
-        self._checkpoint(comm, "all_gather", value=x, error=error)
+        self._checkpoint(comm, "all_gather", op="", src="", value=x, error=error)
         # a rank's own declared shape is checked inside the gather, so every rank raises alike
         declared = None if shapes is None else _collectives.declared_shape(shapes, comm.group_rank, len(comm.ranks))
         return _collectives.all_gather(comm, x, declared)
@@ -215,7 +215,7 @@ class DistContext(TrainingMethods[CommT_co]):
         if comm is None or comm.group_rank < 0:  # nobody waits for this rank, unless it is a bystander
             return self._outside(comm, "broadcast", x, error or _collectives.src_error(src, self.world_size, None), src)
         error = error or _collectives.src_error(src, self.world_size, comm.ranks)
-        self._checkpoint(comm, "broadcast", src=str(src), error=error)
+        self._checkpoint(comm, "broadcast", op="", src=str(src), value=None, error=error)
         return _collectives.broadcast(self, comm, x, src)
 
     def all_gather_tensors_with_shapes(
@@ -233,7 +233,7 @@ class DistContext(TrainingMethods[CommT_co]):
         """Return only when every rank of the group has arrived."""
         comm, error = self._enter(group)
         if comm is not None:
-            self._checkpoint(comm, "barrier", error=error)
+            self._checkpoint(comm, "barrier", op="", src="", value=None, error=error)
             self._barrier(comm)
 
     def sync(self, group: GroupArg = None) -> None:

@@ -157,13 +157,7 @@ class ContextCore(ABC, Generic[CommT_co]):
             torch.cuda.synchronize(self.device)
 
     def _checkpoint(
-        self: ContextCore[CommT],
-        comm: CommT,
-        call: str,
-        op: str = "",
-        src: str = "",
-        value: object = None,
-        error: IdistError | None = None,
+        self: ContextCore[CommT], comm: CommT, call: str, *, op: str, src: str, value: object, error: IdistError | None
     ) -> None:
         """Before a collective moves data: ``error`` is what this rank found wrong on its own.
 

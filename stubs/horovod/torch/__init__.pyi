@@ -1,5 +1,5 @@
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal, TypeVar
+from typing import Literal, Protocol, TypeVar
 
 import torch
 from _typeshed import Incomplete
@@ -11,6 +11,7 @@ from horovod.common.process_sets import remove_process_set as remove_process_set
 
 _T = TypeVar("_T")
 _OptimizerT = TypeVar("_OptimizerT", bound=torch.optim.Optimizer)
+_R_co = TypeVar("_R_co", covariant=True)
 
 # Reduce ops: opaque ints read from the C library at import time.
 Average: int
@@ -21,6 +22,19 @@ Max: int
 Product: int
 
 Compression: Incomplete
+
+# allreduce_ and allreduce_async_ take the same arguments (allreduce's, less compression)
+class _InPlaceAllreduce(Protocol[_R_co]):
+    def __call__(
+        self,
+        tensor: torch.Tensor,
+        average: bool | None = None,
+        name: str | None = None,
+        op: int | None = None,
+        prescale_factor: float = 1.0,
+        postscale_factor: float = 1.0,
+        process_set: ProcessSet = ...,
+    ) -> _R_co: ...
 
 def init(
     comm: Sequence[int] | None = None, process_sets: Sequence[ProcessSet] | Literal["dynamic"] | None = None
@@ -50,24 +64,10 @@ def allreduce(
     postscale_factor: float = 1.0,
     process_set: ProcessSet = ...,
 ) -> torch.Tensor: ...
-def allreduce_(
-    tensor: torch.Tensor,
-    average: bool | None = None,
-    name: str | None = None,
-    op: int | None = None,
-    prescale_factor: float = 1.0,
-    postscale_factor: float = 1.0,
-    process_set: ProcessSet = ...,
-) -> torch.Tensor: ...
-def allreduce_async_(
-    tensor: torch.Tensor,
-    average: bool | None = None,
-    name: str | None = None,
-    op: int | None = None,
-    prescale_factor: float = 1.0,
-    postscale_factor: float = 1.0,
-    process_set: ProcessSet = ...,
-) -> int: ...
+
+allreduce_: _InPlaceAllreduce[torch.Tensor]
+allreduce_async_: _InPlaceAllreduce[int]  # a handle for synchronize
+
 def allgather_async(tensor: torch.Tensor, name: str | None = None, process_set: ProcessSet = ...) -> int: ...
 def broadcast_async_(
     tensor: torch.Tensor, root_rank: int, name: str | None = None, process_set: ProcessSet = ...

@@ -193,13 +193,7 @@ class NativeContext(DistContext[NativeComm]):
         return self._state.world.guard.checked
 
     def _checkpoint(
-        self,
-        comm: NativeComm,
-        call: str,
-        op: str = "",
-        src: str = "",
-        value: object = None,
-        error: IdistError | None = None,
+        self, comm: NativeComm, call: str, *, op: str, src: str, value: object, error: IdistError | None
     ) -> None:
         guard = comm.guard
         if guard.checked and len(comm.ranks) > 1:

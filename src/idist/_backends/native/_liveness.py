@@ -109,14 +109,6 @@ class Heartbeat:
     def board(self) -> NodeBoard:
         return self.pulse.board
 
-    @property
-    def rank(self) -> int:
-        return self.topology.rank
-
-    @property
-    def world_size(self) -> int:
-        return self.topology.world_size
-
     # ----------------------------------------------------------------- threads
     def start(self, threads: bool = True) -> None:
         """Tick once now (a rank stopped right after its context was made is still seen once),
@@ -148,7 +140,7 @@ class Heartbeat:
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))
-        self.clean = self.lost(range(self.world_size)) is None
+        self.clean = self.lost(range(self.topology.world_size)) is None
         self.board.close(unmap=not any(t.is_alive() for t in self._threads))
         _RUNNING.discard(self)
 
@@ -187,7 +179,7 @@ class Heartbeat:
     def lost(self, ranks: Sequence[int]) -> Lost | None:
         """The ranks of ``ranks`` that stopped answering, or None (asked by a waiting collective
         and by the watcher; reads this process's view and the board, never the store)."""
-        me = self.rank
+        me = self.topology.rank
         others = [r for r in ranks if r != me]
         now = time.monotonic()
         nproc, node = self.topology.nproc_per_node, self.topology.node_rank

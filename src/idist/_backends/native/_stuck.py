@@ -19,6 +19,8 @@ from typing import Protocol
 
 import attrs
 
+from ..._topology import Topology
+
 #: where torch's own collectives wait (DDP's gradient all_reduce runs inside backward)
 _TORCH_WAITS = tuple(os.path.join("torch", d, "") for d in ("distributed", "autograd", os.path.join("nn", "parallel")))
 
@@ -31,12 +33,10 @@ class _Lost(Protocol):
 
 
 class Watched(Protocol):
-    """What ``Stuck`` asks: this rank, the world's size, and which ranks are lost."""
+    """What ``Stuck`` asks: the topology (this rank, the world's size) and which ranks are lost."""
 
     @property
-    def rank(self) -> int: ...
-    @property
-    def world_size(self) -> int: ...
+    def topology(self) -> Topology: ...
     def lost(self, ranks: Sequence[int]) -> _Lost | None: ...
 
 
@@ -60,11 +60,11 @@ class Stuck:
             return
         if now - self._since < self.SETTLE:
             return
-        lost = watched.lost(range(watched.world_size))
+        lost = watched.lost(range(watched.topology.world_size))
         if lost is None:
             return
         stack = "".join(traceback.format_stack(frame))
-        rank = watched.rank
+        rank = watched.topology.rank
         message = (
             f"Traceback of rank {rank}'s main thread (most recent call last):\n{stack}"
             f"idist.PeerLostError: ranks {list(lost.ranks)} stopped answering ({lost.why}) while rank "

@@ -111,13 +111,7 @@ class XlaContext(DistContext[XlaComm]):
 
     # --------------------------------------------------- agreement, bystanders
     def _checkpoint(
-        self,
-        comm: XlaComm,
-        call: str,
-        op: str = "",
-        src: str = "",
-        value: object = None,
-        error: IdistError | None = None,
+        self, comm: XlaComm, call: str, *, op: str, src: str, value: object, error: IdistError | None
     ) -> None:
         """An all_reduce of a tensor, or one that failed on a rank, first agrees on the tensor's
         (op, dtype, shape) over the group, bystanders too (``_agree``); other calls raise ``error``."""
@@ -127,7 +121,7 @@ class XlaContext(DistContext[XlaComm]):
             elif isinstance(value, torch.Tensor):
                 _agree.announce(comm, _codec.reduce_header(op, value))
             return
-        super()._checkpoint(comm, call, op, src, value, error)
+        super()._checkpoint(comm, call, op=op, src=src, value=value, error=error)
 
     def _stand_by(self, comm: XlaComm, call: str, src: int, error: IdistError | None) -> None:
         """Run the members' collective with nothing of our own; what comes back is dropped."""
