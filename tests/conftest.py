@@ -44,6 +44,10 @@ SLOW_MODULES = {
 # In modules that are mostly in-process: the tests that start processes (a prefix of
 # "module.py::test_name", so every parametrization is covered).
 SLOW_TESTS = (
+    "test_launch_elastic_fn.py::test_parallel_with_max_restarts",
+    "test_launch_elastic_fn.py::test_spawn_with_a_node_range",
+    "test_launch_elastic_fn.py::test_a_restart_budget",
+    "test_launch_elastic_fn.py::test_a_lost_node",
     "test_exit.py::test_a_script_that_never_finalizes_exits_cleanly",
     "test_optional_backends.py::test_importing_idist_and_the_backend_never_imports_the_package",
     "test_launch_driven.py::test_spawned_native_ranks_drop_an_enclosing_xla_launchers_variables",

@@ -132,6 +132,10 @@ def test_parallel_checks_what_its_types_check() -> None:
         rejected.parallel_joins()
     with pytest.raises(idist.LaunchConfigError, match="mpirun"):
         rejected.spawn_mpi()
+    with pytest.raises(idist.LaunchConfigError, match="join=False cannot be elastic"):
+        rejected.spawn_elastic_handle()
+    with pytest.raises(idist.LaunchConfigError, match="horovod"):
+        rejected.spawn_elastic_horovod()
     assert idist.Parallel("serial").run(accepted.work, 2.0, offset=1.0) == [1.0]
 
 

@@ -97,13 +97,24 @@ class XlaOptions(TypedDict, total=False):
 SpawnedNative: TypeAlias = Literal["gloo", "nccl"]
 
 
-class NodeOptions(TypedDict, total=False):
-    """``spawn(fn, ...)``'s keyword-only options: this launch as one node of a larger world."""
-
-    nnodes: int
+class _Endpoint(TypedDict, total=False):
     node_rank: int
     master_addr: str | None
     master_port: int | None
+
+
+class NodeOptions(_Endpoint, total=False):
+    """``spawn(fn, ...)``'s keyword-only options: this launch as one node of a larger world."""
+
+    nnodes: int
+
+
+class ElasticNodeOptions(_Endpoint, total=False):
+    """``NodeOptions`` of a joined ``spawn(fn, ...)``: ``max_restarts`` or ``nnodes=(MIN, MAX)`` run it on
+    torch's elastic agent (docs/elastic.md)."""
+
+    nnodes: int | tuple[int, int]
+    max_restarts: int
 
 
 class SpawnOptions(TypedDict, total=False):
@@ -112,6 +123,12 @@ class SpawnOptions(TypedDict, total=False):
     daemon: bool
     start_method: StartMethod
     timeout: float | None
+
+
+class ElasticSpawnOptions(SpawnOptions, total=False):
+    """``SpawnOptions`` of a joined ``spawn(backend, fn, ...)``, with the restarts of an elastic launch."""
+
+    max_restarts: int
 
 
 class DrivenOptions(TypedDict, total=False):

@@ -22,6 +22,12 @@ def torch_multiprocessing_form() -> None:
     assert_type(idist.spawn(work, args=(2.0,), nprocs=2, join=False), SpawnHandle[float])
     assert_type(idist.spawn(work, (1.0,), 2, nnodes=2, node_rank=1, master_port=29400), list[float])
     idist.spawn(work, (1.0,), 2, start_method="threads")  # type: ignore[call-overload]
+    # elastic (torch's agent): joined only, nnodes an int or (MIN, MAX)
+    assert_type(idist.spawn(work, (1.0,), 2, max_restarts=2), list[float])
+    assert_type(idist.spawn(work, (1.0,), 2, nnodes=(1, 4), master_addr="10.0.0.1", master_port=29500), list[float])
+    idist.spawn(work, (1.0,), 2, False, max_restarts=2)  # type: ignore[call-overload]
+    idist.spawn(work, (1.0,), 2, nnodes=(1, 4), join=False)  # type: ignore[call-overload]
+    idist.spawn(work, (1.0,), 2, nnodes=(1, 2, 4))  # type: ignore[arg-type]
     idist.spawn(work, (1.0,), nprocs="2")  # type: ignore[call-overload]
 
 
@@ -34,6 +40,9 @@ def ignite_form() -> None:
     assert_type(idist.spawn("horovod", work, (2.0,), nproc_per_node=2), list[float])
     assert_type(idist.spawn("xla-tpu", work, (2.0,), nproc_per_node=2, timeout=60.0), list[float])
     idist.spawn("horovod", work, (2.0,), join=False)  # type: ignore[call-overload]
+    assert_type(idist.spawn("gloo", work, (2.0,), nproc_per_node=2, nnodes=(1, 2), max_restarts=1), list[float])
+    idist.spawn("gloo", work, (2.0,), nproc_per_node=2, max_restarts=1, join=False)  # type: ignore[call-overload]
+    idist.spawn("xla-tpu", work, (2.0,), nproc_per_node=2, max_restarts=1)  # type: ignore[call-overload]
     idist.spawn("xla-tpu", work, (2.0,), join=False)  # type: ignore[call-overload]
     idist.spawn("serial", work, (2.0,))  # type: ignore[call-overload]
 
@@ -60,6 +69,9 @@ def parallel() -> None:
     Parallel("gloo", 2, start_method="fork", daemon=False, timeout=30.0, join=True)
     Parallel("gloo", 2, start_method="threads")  # type: ignore[call-overload]
     Parallel("gloo", 2, nnode=2)  # type: ignore[call-overload]
+    assert_type(Parallel("gloo", 2, max_restarts=3).run(work, 1.0), list[float])
+    Parallel("gloo", 2, nnodes=(1, 4), master_addr="10.0.0.1", master_port=29500, max_restarts=3)
+    Parallel("horovod", 2, max_restarts=3)  # type: ignore[call-overload]
 
 
 def errors(e: LaunchError, c: LaunchConfigError) -> None:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import attrs
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerSpec, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
-from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, ProcessFailure, SignalException, Std
 from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousParameters
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 
@@ -43,6 +45,15 @@ def _last_line(path: object) -> str:
     return lines[-1][:500] if lines else ""
 
 
+def _recorded(failure: ProcessFailure) -> str:
+    """The exception a function rank raised, as torch's error file recorded it ("" for a script)."""
+    message: object = failure.error_file_data.get("message") if failure.error_file_data else None
+    if isinstance(message, dict):
+        message = message.get("message")  # pyright: ignore[reportUnknownMemberType]
+    text = message.strip() if isinstance(message, str) else ""
+    return text.splitlines()[-1][:500] if text and text != "<NONE>" else ""  # torch's "<NONE>": no file
+
+
 class _Agent(LocalElasticAgent):
     """torch's agent; it reports each restart's cause (``causes`` keeps them)."""
 
@@ -50,6 +61,7 @@ class _Agent(LocalElasticAgent):
         super().__init__(spec=spec, logs_specs=logs, start_method="spawn", log_line_prefix_template="[rank${rank}]:")
         self.causes: list[str] = []
         self.exitcode = 1
+        self.failed: tuple[int, int] | None = None
         self._healthy = False
 
     def _cause(self, group: WorkerGroup, result: RunResult) -> str:
@@ -57,8 +69,9 @@ class _Agent(LocalElasticAgent):
         code = failure.exitcode
         how = f"killed by {failure.signal_name()}" if code < 0 else f"exited with status {code}"
         self.exitcode = 128 - code if code < 0 else (code or 1)
+        self.failed = (rank, code)
         ctx = self._pcontext
-        said = _last_line(ctx.stderrs.get(failure.local_rank)) if ctx is not None else ""
+        said = _recorded(failure) or (_last_line(ctx.stderrs.get(failure.local_rank)) if ctx is not None else "")
         others = len(result.failures) - 1
         more = f" (and {others} more rank{'s' if others > 1 else ''} of this node)" if others else ""
         return f"rank {rank} (local rank {failure.local_rank} on node {group.group_rank}) {how}{more}" + (
@@ -82,8 +95,28 @@ class _Agent(LocalElasticAgent):
         super()._restart_workers(worker_group)
 
 
-def run_agent(p: ElasticPlan, command: list[str], logs: str, last_call: float, monitor: float) -> int:
-    """Run this node's agent until the job ends; its exit status.
+@attrs.frozen
+class Outcome:
+    """How this node's agent ended: the exit status, each failure's cause, this node's return values."""
+
+    code: int
+    causes: list[str]
+    #: local rank -> what the function returned (callable entrypoints; empty for a command)
+    returns: dict[int, object]
+    #: the last failure's first rank and its exit status (negative: the signal); None when none failed
+    failed: tuple[int, int] | None = None
+    stopped_by: int | None = None
+
+
+def run_agent(
+    p: ElasticPlan,
+    entrypoint: str | Callable[..., object],
+    args: tuple[object, ...],
+    logs: str,
+    last_call: float,
+    monitor: float,
+) -> Outcome:
+    """Run this node's agent until the job ends (``entrypoint(*args)`` in each rank).
 
     Each round's rank 0 gives the ranks a fresh MASTER_ADDR:MASTER_PORT (its address as the route to
     the endpoint shows it) where idist's rank 0 serves the store. torch's default, one store the
@@ -108,8 +141,8 @@ def run_agent(p: ElasticPlan, command: list[str], logs: str, last_call: float, m
     spec = WorkerSpec(
         role="idist",
         local_world_size=p.nproc_per_node,
-        entrypoint=command[0],
-        args=tuple(command[1:]),
+        entrypoint=entrypoint,
+        args=args,
         rdzv_handler=rdzv_registry.get_rendezvous_handler(params),
         max_restarts=p.max_restarts,
         monitor_interval=monitor,
@@ -120,16 +153,17 @@ def run_agent(p: ElasticPlan, command: list[str], logs: str, last_call: float, m
         result = agent.run()
     except RendezvousError as exc:
         _say(f"error: the rendezvous at {p.endpoint} failed: {exc}")
-        return 1
+        return Outcome(1, [*agent.causes, f"the rendezvous at {p.endpoint} failed: {exc}"], {})
     except SignalException as exc:  # torch's agent stopped its ranks; it leaves the rendezvous open for the rest
         shutdown = False
         _say(f"stopped by {exc.sigval.name}")
-        return 128 + int(exc.sigval)
+        return Outcome(128 + int(exc.sigval), agent.causes, {}, stopped_by=int(exc.sigval))
     finally:
         if shutdown:
             spec.rdzv_handler.shutdown()
     if not result.is_failed():
-        return 0
+        base = min(result.return_values, default=0)
+        return Outcome(0, agent.causes, {r - base: v for r, v in result.return_values.items()})
     listed = "; ".join(f"{i + 1}) {c}" for i, c in enumerate(agent.causes))
     _say(f"the job failed after {len(agent.causes) - 1} of {p.max_restarts} restarts; each failure: {listed}")
-    return agent.exitcode
+    return Outcome(agent.exitcode, agent.causes, {}, failed=agent.failed)

@@ -10,11 +10,14 @@ output prefixed with ``[rankN]:``, and one line per restart with its cause.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 
 import attrs
 
@@ -26,6 +29,8 @@ from ._procs import INHERITED_RANK_VARS
 LAST_CALL = 1.0
 #: seconds between two looks of the agent at its ranks (torch's default: 5)
 MONITOR = 0.1
+#: what torch's agent handles while it runs (TORCHELASTIC_SIGNALS_TO_HANDLE's default)
+_AGENT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
 @attrs.frozen
@@ -95,18 +100,31 @@ def plan(
     return ElasticPlan(low, high, nproc, restarts, f"{host}:{port}", 600.0 if rdzv_timeout is None else rdzv_timeout)
 
 
+@contextlib.contextmanager
+def agent_scope(extra_env: Mapping[str, str], launcher: str) -> Iterator[str]:
+    """The agent's surroundings in this process, all given back after: a folder for the ranks' logs
+    (yielded), this environment less an enclosing launcher's rank variables (the agent starts the
+    ranks with it), and the signal handlers that torch's agent replaces with its own."""
+    saved = dict(os.environ)
+    main = threading.current_thread() is threading.main_thread()
+    handlers = {s: signal.getsignal(s) for s in _AGENT_SIGNALS} if main else {}
+    logs = tempfile.mkdtemp(prefix="idist-elastic-")
+    try:
+        for key in INHERITED_RANK_VARS:
+            os.environ.pop(key, None)
+        os.environ.update(extra_env, IDIST_LAUNCHER=launcher)
+        yield logs
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        shutil.rmtree(logs, ignore_errors=True)
+
+
 def run(p: ElasticPlan, target: Sequence[str], extra_env: Mapping[str, str]) -> int:
     """Run ``python -u *target`` under the elastic agent on this node; the launcher's exit status."""
     from ._agent import run_agent  # deferred: torch.distributed.elastic is imported only for elastic jobs
 
-    saved = dict(os.environ)
-    logs = tempfile.mkdtemp(prefix="idist-elastic-")
-    try:
-        for key in INHERITED_RANK_VARS:  # the agent starts the ranks with this process's environment
-            os.environ.pop(key, None)
-        os.environ.update(extra_env, IDIST_LAUNCHER="idist run")
-        return run_agent(p, [sys.executable, "-u", *target], logs, LAST_CALL, MONITOR)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-        shutil.rmtree(logs, ignore_errors=True)
+    with agent_scope(extra_env, "idist run") as logs:
+        return run_agent(p, sys.executable, ("-u", *target), logs, LAST_CALL, MONITOR).code

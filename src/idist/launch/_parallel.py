@@ -27,6 +27,7 @@ from .._detect import launched_by
 from .._errors import LaunchConfigError
 from .._log import visible_logger
 from .._types import BackendName, HorovodBackend, SpawnedNative, XlaBackend
+from . import _elastic_fn
 from ._plan import LaunchPlan, StartMethod
 from ._spawn import ignite_spawn
 
@@ -41,6 +42,7 @@ class ParallelOptions(TypedDict, total=False):
     daemon: bool
     start_method: StartMethod
     timeout: float | None
+    max_restarts: int
 
 
 class JoinedOptions(TypedDict, total=False):
@@ -50,6 +52,12 @@ class JoinedOptions(TypedDict, total=False):
     daemon: bool
     start_method: StartMethod
     timeout: float | None
+
+
+class SpawningOptions(JoinedOptions, total=False):
+    """``JoinedOptions`` with a process count: ``max_restarts`` runs the ranks on torch's elastic agent."""
+
+    max_restarts: int
 
 
 class DrivenParallelOptions(TypedDict, total=False):
@@ -80,6 +88,9 @@ class Parallel:
         with idist.Parallel(backend="gloo", nproc_per_node=2) as parallel:
             parallel.run(training, config)
 
+    ``max_restarts=K`` (and ``nnodes=(MIN, MAX)``) with a process count spawns the ranks on
+    torch's elastic agent: a failed rank costs one restart of ``fn`` (docs/elastic.md).
+
     Raises at construction: ``UnknownBackendError`` / ``BackendUnavailableError`` for a
     backend that cannot run here, ``LaunchConfigError`` for a process count under a
     launcher (the launcher already chose it), node options without a process count,
@@ -107,14 +118,14 @@ class Parallel:
         self,
         backend: SpawnedNative | None = None,
         nproc_per_node: int | None = None,
-        nnodes: int | None = None,
+        nnodes: int | tuple[int, int] | None = None,
         node_rank: int | None = None,
         master_addr: str | None = None,
         master_port: int | str | None = None,
         init_method: str | None = None,
         *,
         nprocs: int | None = None,
-        **spawn_kwargs: Unpack[JoinedOptions],
+        **spawn_kwargs: Unpack[SpawningOptions],
     ) -> None: ...
     @overload
     def __init__(
@@ -134,7 +145,7 @@ class Parallel:
         self,
         backend: str | None = None,
         nproc_per_node: int | None = None,
-        nnodes: int | None = None,
+        nnodes: int | tuple[int, int] | None = None,
         node_rank: int | None = None,
         master_addr: str | None = None,
         master_port: int | str | None = None,
@@ -156,21 +167,31 @@ class Parallel:
                 f"this process was started by {who}, which already chose the processes; "
                 f"drop nproc_per_node={n} (and the node options) or run the script without the launcher"
             )
+        restarts = spawn_kwargs.get("max_restarts")
         given = {"nnodes": nnodes, "node_rank": node_rank, "master_addr": master_addr, "master_port": master_port}
-        passed = ", ".join(f"{k}={v!r}" for k, v in given.items() if v is not None)
+        passed = ", ".join(f"{k}={v!r}" for k, v in {**given, "max_restarts": restarts}.items() if v is not None)
         if n is None and passed:
             raise LaunchConfigError(f"{passed} describe processes to spawn: pass nproc_per_node= too")
-        unknown = set(spawn_kwargs) - {"join", "daemon", "start_method", "timeout"}
+        unknown = set(spawn_kwargs) - {"join", "daemon", "start_method", "timeout", "max_restarts"}
         if unknown:
             raise LaunchConfigError(
                 f"unknown Parallel options: {', '.join(sorted(unknown))}; "
-                "spawn options are join, daemon, start_method and timeout"
+                "spawn options are join, daemon, start_method, timeout and max_restarts"
             )
         if spawn_kwargs.get("join") is False:
             raise LaunchConfigError("Parallel.run always joins; use idist.spawn(..., join=False) for a handle")
         self.backend = backend
         self.init_method = init_method
         self.spawn_kwargs = spawn_kwargs
+        #: the node arguments of an elastic launch (``max_restarts``, ``nnodes=(MIN, MAX)``), checked here
+        self._elastic: tuple[int | tuple[int, int] | None, int, str | None, int | str | None] | None = None
+        if n is not None and _elastic_fn.wanted(nnodes, restarts):
+            _elastic_fn.check_backend(self._spawn_backend())
+            daemon, method = spawn_kwargs.get("daemon", False), spawn_kwargs.get("start_method", "spawn")
+            node = (nnodes, node_rank, master_addr, master_port)
+            _elastic_fn.elastic_plan(n, *node, restarts, init_method=init_method, daemon=daemon, start_method=method)
+            self._elastic = (nnodes, 0, master_addr, master_port)  # node_rank 0: ignite's default, not a node
+            nnodes = node_rank = master_addr = master_port = None
         self.plan = (
             LaunchPlan.from_arguments(n, nnodes, node_rank, master_addr, master_port, init_method)
             if n is not None
@@ -244,18 +265,9 @@ class Parallel:
         p = self.plan
         if p is not None:
             self._log.info("Spawn function %r in %d processes", fn, p.nproc_per_node)
+            node = (p.nnodes, p.node_rank, p.master_addr, p.master_port) if self._elastic is None else self._elastic
             results = ignite_spawn(
-                self._spawn_backend(),
-                fn,
-                args,
-                kwargs,
-                p.nproc_per_node,
-                p.nnodes,
-                p.node_rank,
-                p.master_addr,
-                p.master_port,
-                self.init_method,
-                **self.spawn_kwargs,
+                self._spawn_backend(), fn, args, kwargs, p.nproc_per_node, *node, self.init_method, **self.spawn_kwargs
             )
             assert isinstance(results, list)  # Parallel always joins
             self._log.info("End of run")

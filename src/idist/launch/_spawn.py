@@ -8,7 +8,17 @@ from typing import Literal, TypeVar, cast, overload
 from typing_extensions import TypeVarTuple, Unpack
 
 from .._errors import LaunchConfigError
-from .._types import DrivenOptions, HorovodBackend, NodeOptions, SpawnedNative, SpawnOptions, XlaBackend
+from .._types import (
+    DrivenOptions,
+    ElasticNodeOptions,
+    ElasticSpawnOptions,
+    HorovodBackend,
+    NodeOptions,
+    SpawnedNative,
+    SpawnOptions,
+    XlaBackend,
+)
+from . import _elastic_fn
 from ._driven import Job, check_options
 from ._driven import run as run_driven
 from ._handle import SpawnHandle
@@ -29,7 +39,7 @@ def spawn(
     join: Literal[True] = True,
     daemon: bool = False,
     start_method: StartMethod = "spawn",
-    **node: Unpack[NodeOptions],
+    **node: Unpack[ElasticNodeOptions],
 ) -> list[R]: ...
 @overload
 def spawn(
@@ -62,14 +72,14 @@ def spawn(
     args: tuple[*Ts] = ...,
     kwargs_dict: None = None,
     nproc_per_node: int = 1,
-    nnodes: int | None = 1,
+    nnodes: int | tuple[int, int] | None = 1,
     node_rank: int | None = 0,
     master_addr: str | None = None,
     master_port: int | str | None = None,
     init_method: str | None = None,
     *,
     join: Literal[True] = True,
-    **options: Unpack[SpawnOptions],
+    **options: Unpack[ElasticSpawnOptions],
 ) -> list[R]: ...
 @overload
 def spawn(
@@ -94,14 +104,14 @@ def spawn(
     args: tuple[object, ...],
     kwargs_dict: Mapping[str, object],
     nproc_per_node: int = 1,
-    nnodes: int | None = 1,
+    nnodes: int | tuple[int, int] | None = 1,
     node_rank: int | None = 0,
     master_addr: str | None = None,
     master_port: int | str | None = None,
     init_method: str | None = None,
     *,
     join: Literal[True] = True,
-    **options: Unpack[SpawnOptions],
+    **options: Unpack[ElasticSpawnOptions],
 ) -> list[R]: ...
 @overload
 def spawn(
@@ -175,6 +185,10 @@ def spawn(*args: object, **kwargs: object) -> object:
     loopback. ``join=True`` waits and returns each rank's return value in local-rank
     order; ``join=False`` returns a ``SpawnHandle`` to ``join()`` or ``terminate()``.
 
+    ``max_restarts=K`` or ``nnodes=(MIN, MAX)`` (joined launches of native backends) run the
+    ranks on torch's elastic agent, as ``idist run --max-restarts`` does: a failed rank costs
+    one restart of ``fn``, up to K (docs/elastic.md).
+
     Raises ``LaunchError`` as soon as any rank raises, exits non-zero or is killed, with
     the rank, its exit code or signal and its traceback, after stopping the other ranks.
     Ctrl-C stops every rank. ``LaunchConfigError`` (a ``ValueError``) for arguments that
@@ -194,16 +208,23 @@ def torch_mp_spawn(
     daemon: bool = False,
     start_method: str = "spawn",
     *,
-    nnodes: int = 1,
+    nnodes: int | tuple[int, int] = 1,
     node_rank: int = 0,
     master_addr: str | None = None,
     master_port: int | None = None,
     nproc_per_node: int | None = None,
+    max_restarts: int | None = None,
 ) -> list[R] | SpawnHandle[R]:
     """``spawn`` in ``torch.multiprocessing.spawn``'s form (``nproc_per_node=`` as ignite names ``nprocs``)."""
     if nprocs is not None and nproc_per_node is not None and nprocs != nproc_per_node:
         raise LaunchConfigError(f"nprocs={nprocs} and nproc_per_node={nproc_per_node} disagree; pass one of them")
     n = nprocs if nprocs is not None else nproc_per_node if nproc_per_node is not None else 1
+    if _elastic_fn.wanted(nnodes, max_restarts):
+        node = (nnodes, None if node_rank == 0 else node_rank, master_addr, master_port)  # 0: the default
+        joined = _elastic_fn.launch(
+            fn, args, {}, n, node, max_restarts, join=join, daemon=daemon, start_method=start_method
+        )
+        return cast("list[R]", joined)
     plan = LaunchPlan.from_arguments(n, nnodes, node_rank, master_addr, master_port)
     handle: SpawnHandle[R] = start(fn, args, {}, plan, daemon=daemon, start_method=start_method, join=join)
     return _finish(handle, join)
@@ -215,7 +236,7 @@ def ignite_spawn(
     args: tuple[object, ...] = (),
     kwargs_dict: Mapping[str, object] | None = None,
     nproc_per_node: int = 1,
-    nnodes: int | None = 1,
+    nnodes: int | tuple[int, int] | None = 1,
     node_rank: int | None = 0,
     master_addr: str | None = None,
     master_port: int | str | None = None,
@@ -226,6 +247,7 @@ def ignite_spawn(
     start_method: str = "spawn",
     timeout: float | None = None,
     nprocs: int | None = None,
+    max_restarts: int | None = None,
 ) -> list[R] | SpawnHandle[R]:
     if nprocs is not None:
         if nproc_per_node not in (1, nprocs):
@@ -237,6 +259,11 @@ def ignite_spawn(
     init: dict[str, object] = {}
     if timeout is not None:
         init["timeout"] = timeout
+    if _elastic_fn.wanted(nnodes, max_restarts):
+        node = (nnodes, None if node_rank == 0 else node_rank, master_addr, master_port)  # 0: ignite's default
+        opts = {"init_method": init_method, "join": join, "daemon": daemon, "start_method": start_method}
+        joined = _elastic_fn.launch(fn, args, kwargs_dict or {}, nproc_per_node, node, max_restarts, name, init, **opts)
+        return cast("list[R]", joined)
     if init_method is not None:
         init["init_method"] = init_method
     if name in DRIVEN_SPAWNABLE:

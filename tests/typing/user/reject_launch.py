@@ -49,3 +49,14 @@ def parallel_never_spawns_serial() -> None:
 def parallel_joins() -> None:
     # rejected: mypy[call-overload] pyright[reportCallIssue,reportArgumentType]
     idist.Parallel("gloo", 2, join=False)
+
+
+def spawn_elastic_handle() -> None:
+    # an elastic launch joins: the agent restarts the ranks until the job ends
+    # rejected: mypy[call-overload] pyright[reportCallIssue,reportArgumentType]
+    idist.spawn(work, (1.0,), 2, join=False, max_restarts=1)
+
+
+def spawn_elastic_horovod() -> None:
+    # rejected: mypy[call-overload] pyright[reportArgumentType]
+    idist.spawn("horovod", work, (1.0,), nproc_per_node=2, max_restarts=1)

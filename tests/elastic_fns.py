@@ -1,0 +1,81 @@
+"""Training functions for the elastic ``spawn``/``Parallel`` tests (importable by name in the ranks).
+
+The loop of ``launch_scripts/elastic_train.py`` as a function: global batches of 12, a checkpoint
+every 2 steps in OUT/ckpt, resumed when present; on the first attempt rank ``crash_rank`` raises at
+``crash_step`` (at every attempt with ``crash_always``). Every rank returns the final parameters.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import idist
+
+N, GLOBAL_BATCH, EPOCHS, SAVE_EVERY = 48, 12, 3, 2
+
+
+def train(
+    local_rank: int,
+    out: str,
+    crash_step: int = -1,
+    crash_rank: int = 0,
+    crash_always: bool = False,
+    stall_step: int = -1,
+    hold_below: int = 0,
+) -> dict[str, torch.Tensor]:
+    """ignite's form (``Parallel``, ``spawn(backend, ...)``): the context is current around the call.
+
+    Ranks started with IDIST_TEST_VICTIM=1 stall at ``stall_step`` on the first attempt (writing their
+    pid to OUT/stalled-rankN) until the test kills them; a run that starts at step 0 on fewer than
+    ``hold_below`` ranks waits at step 1 for the agent to restart it with a joining node."""
+    ctx = idist.current()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(N, 5, generator=g)
+    data = TensorDataset(x, x @ torch.randn(5, 1, generator=g))
+    torch.manual_seed(0)
+    model = ctx.auto_model(nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 1)))
+    opt = ctx.auto_optim(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
+    loader = ctx.auto_dataloader(data, batch_size=GLOBAL_BATCH, shuffle=True)
+    state: dict[str, object] = {"model": model, "optim": opt, "loader": loader, "step": 0}
+    ckpt = Path(out) / "ckpt"
+    try:
+        ctx.load_checkpoint(ckpt, state)
+    except idist.CheckpointNotFoundError:
+        pass
+    step = state["step"]
+    assert isinstance(step, int)
+    if ctx.rank == 0:
+        (Path(out) / f"attempt{attempt}-world{ctx.world_size}-from{step}").touch()
+    while loader.state_dict()["epoch"] < EPOCHS:
+        for xb, yb in loader:
+            opt.zero_grad()
+            nn.functional.mse_loss(model(xb), yb).backward()
+            opt.step()
+            step += 1
+            if step == stall_step and attempt == 0 and os.environ.get("IDIST_TEST_VICTIM") == "1":
+                (Path(out) / f"stalled-rank{ctx.rank}").write_text(str(os.getpid()))
+                time.sleep(600)  # until the test kills this node
+            if step == 1 and ctx.world_size < hold_below:
+                time.sleep(600)  # until the agent restarts this attempt for a joining node
+            if step % SAVE_EVERY == 0:
+                state["step"] = step
+                ctx.save_checkpoint(ckpt, state)
+            if (attempt == 0 or crash_always) and step == crash_step and ctx.rank == crash_rank:
+                raise RuntimeError(f"injected failure at step {step}")
+    return {k.removeprefix("module."): v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def train_initializing(local_rank: int, out: str, crash_step: int = -1, crash_rank: int = 0) -> dict[str, torch.Tensor]:
+    """torch.multiprocessing's form (``spawn(fn, ...)``): the function initializes and finalizes."""
+    idist.initialize()
+    try:
+        return train(local_rank, out, crash_step, crash_rank)
+    finally:
+        idist.finalize()

@@ -1,0 +1,108 @@
+"""Elastic jobs across network namespaces: 2 nodes x 2 ranks, node 1 killed whole mid-training.
+
+Node 0 hosts the rendezvous at its own address; node 1 (launcher, agent and ranks) is killed at
+step 6 while node 0's ranks wait on it; node 0 restarts alone, on 2 ranks, from step 4's checkpoint
+(saved on 4), and ends with the parameters of the uninterrupted run. Once through ``idist run``,
+once through ``idist.spawn(..., nnodes=(1, 2), max_restarts=1)``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from netns_harness import NodeNet, clean_env
+
+import elastic_fns
+import idist
+
+TESTS = Path(__file__).resolve().parents[1]
+PORT = 29500
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
+    out = tmp_path_factory.mktemp("reference")
+    idist.initialize()
+    try:
+        return elastic_fns.train(0, str(out))
+    finally:
+        idist.finalize()
+
+
+def command(launcher: str, out: Path, endpoint: str, restarts: int) -> list[str]:
+    py = sys.executable
+    if launcher == "idist-run":
+        return [py, "-m", "idist", "run", "-n", "2", "--nnodes", "1:2", "--rdzv-endpoint", endpoint,
+                "--max-restarts", str(restarts), "--liveness", "2", "--rdzv-timeout", "60",
+                str(TESTS / "launch_scripts" / "elastic_train.py"), str(out), "--stall-step", "6",
+                "--hold-below", "4"]  # fmt: skip
+    script = str(TESTS / "launch_scripts" / "elastic_spawn_node.py")
+    return [py, script, str(out), endpoint, "2", str(restarts), "6", "4"]
+
+
+def stalled(out: Path, n: int, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(list(out.glob("stalled-rank*"))) >= n:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{n} ranks did not stall within {timeout}s")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("launcher", ["idist-run", "spawn"])
+def test_a_killed_node_costs_one_restart_and_the_other_ends_with_the_same_model(
+    nodes: NodeNet, tmp_path: Path, launcher: str, reference: dict[str, torch.Tensor]
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    endpoint = f"{nodes.nodes[0].addr}:{PORT}"
+    env = clean_env(PYTHONPATH=str(TESTS), PYTHONUNBUFFERED="1")
+    node0 = nodes.start(0, command(launcher, out, endpoint, 1), env, name="node0")
+    node1 = nodes.start(1, command(launcher, out, endpoint, 0), {**env, "IDIST_TEST_VICTIM": "1"}, name="node1")
+    stalled(out, 2)  # node 1's ranks, at step 6; node 0's wait on them in its all-reduce
+    nodes.kill_node(1)
+    assert node1.wait(10) is not None
+    assert node0.wait(120) == 0, node0.output
+    assert "idist: restart 1 of 1: rank" in node0.output, node0.output
+    runs = sorted(p.name for p in out.glob("attempt*"))
+    assert runs[-1] == "attempt1-world2-from4", runs  # node 0 alone, from the last checkpoint saved on 4 ranks
+    same_model(out, reference, 1)
+    assert nodes.wait_empty(0, 10) == []
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("launcher", ["idist-run", "spawn"])
+def test_a_node_that_arrives_later_joins_and_the_job_ends_on_4_ranks_with_the_same_model(
+    nodes: NodeNet, tmp_path: Path, launcher: str, reference: dict[str, torch.Tensor]
+) -> None:
+    """Node 0 starts alone (1 of 1..2 nodes) and waits at step 1; node 1 joins: the agents restart the
+    ranks for it, which costs no restart, and the job ends on 4 ranks."""
+    out = tmp_path / "out"
+    out.mkdir()
+    endpoint = f"{nodes.nodes[0].addr}:{PORT}"
+    env = clean_env(PYTHONPATH=str(TESTS), PYTHONUNBUFFERED="1")
+    node0 = nodes.start(0, command(launcher, out, endpoint, 0), env, name="node0")
+    deadline = time.monotonic() + 90
+    while not (out / "attempt0-world2-from0").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    node1 = nodes.start(1, command(launcher, out, endpoint, 0), env, name="node1")
+    assert node0.wait(120) == 0, node0.output
+    assert node1.wait(60) == 0, node1.output
+    assert "a node joins (this does not count as a restart)" in node0.output, node0.output
+    assert sorted(p.name for p in out.glob("attempt*")) == ["attempt0-world2-from0", "attempt0-world4-from0"]
+    same_model(out, reference, 1 if launcher == "idist-run" else 2)
+
+
+def same_model(out: Path, reference: dict[str, torch.Tensor], files: int) -> None:
+    """Each final parameters file (idist run's rank 0; each spawn call's local rank 0) is the reference."""
+    finals = sorted(out.glob("final*.pt"))
+    assert len(finals) == files, finals
+    for path in finals:
+        final = torch.load(path)
+        for key, value in reference.items():
+            torch.testing.assert_close(final[key], value, rtol=1e-5, atol=1e-6, msg=f"{path.name}: {key}")
