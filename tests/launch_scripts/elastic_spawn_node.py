@@ -1,15 +1,15 @@
 """One node of an elastic ``idist.spawn`` job.
 
-``elastic_spawn_node.py OUT ADDR:PORT NPROC MAX_RESTARTS STALL_STEP HOLD_BELOW`` runs
-``elastic_fns.train`` on NPROC gloo ranks, one node of 1..2 at the rendezvous ADDR:PORT
-(PYTHONPATH must hold tests/); a node that ends well writes its local rank 0's parameters to
-OUT/final-PID.pt.
+``elastic_spawn_node.py OUT ADDR:PORT NPROC MAX_RESTARTS STALL_STEP HOLD_BELOW [--nnodes N|MIN:MAX]
+[--crash-step K --crash-rank R [--crash-always]]`` runs ``elastic_fns.train`` on NPROC gloo ranks,
+one node of 1..2 (``--nnodes``) at the rendezvous ADDR:PORT (PYTHONPATH must hold tests/); a node
+that ends well writes its local rank 0's parameters to OUT/final-PID.pt.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 from pathlib import Path
 
 import torch
@@ -19,20 +19,34 @@ import idist
 
 
 def main() -> None:
-    out, endpoint, nproc, restarts, stall, hold = sys.argv[1:7]
-    addr, _, port = endpoint.rpartition(":")
+    p = argparse.ArgumentParser()
+    for name in ("out", "endpoint", "nproc", "restarts", "stall", "hold"):
+        p.add_argument(name)
+    p.add_argument("--nnodes", default="1:2")
+    p.add_argument("--crash-step", type=int, default=-1)
+    p.add_argument("--crash-rank", type=int, default=0)
+    p.add_argument("--crash-always", action="store_true")
+    a = p.parse_args()
+    addr, _, port = a.endpoint.rpartition(":")
+    low, _, high = a.nnodes.partition(":")
     results = idist.spawn(
         "gloo",
         elastic_fns.train,
-        (out,),
-        {"stall_step": int(stall), "hold_below": int(hold)},
-        nproc_per_node=int(nproc),
-        nnodes=(1, 2),
+        (a.out,),
+        {
+            "stall_step": int(a.stall),
+            "hold_below": int(a.hold),
+            "crash_step": a.crash_step,
+            "crash_rank": a.crash_rank,
+            "crash_always": a.crash_always,
+        },
+        nproc_per_node=int(a.nproc),
+        nnodes=(int(low), int(high or low)),
         master_addr=addr,
         master_port=int(port),
-        max_restarts=int(restarts),
+        max_restarts=int(a.restarts),
     )
-    torch.save(results[0], Path(out) / f"final-{os.getpid()}.pt")
+    torch.save(results[0], Path(a.out) / f"final-{os.getpid()}.pt")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
-"""Elastic jobs across network namespaces: 2 nodes x 2 ranks, node 1 killed whole mid-training.
+"""Elastic jobs across network namespaces, each once through ``idist run`` and once through
+``idist.spawn(..., nnodes=..., max_restarts=...)``; node 0 hosts the rendezvous at its own address.
 
-Node 0 hosts the rendezvous at its own address; node 1 (launcher, agent and ranks) is killed at
-step 6 while node 0's ranks wait on it; node 0 restarts alone, on 2 ranks, from step 4's checkpoint
-(saved on 4), and ends with the parameters of the uninterrupted run. Once through ``idist run``,
-once through ``idist.spawn(..., nnodes=(1, 2), max_restarts=1)``.
+- 2 nodes x 2 ranks, node 1 (launcher, agent and ranks) killed at step 6 while node 0's ranks wait
+  on it: node 0 restarts alone, on 2 ranks, from step 4's checkpoint (saved on 4), and ends with
+  the parameters of the uninterrupted run;
+- node 0 starts alone (1 of 1..2 nodes), node 1 joins: the job ends on 4 ranks with the same model;
+- one node, one restart: a rank raises once, the job restarts and ends with the same model;
+- a restart budget that runs out: the launcher exits 1 and lists every restart's cause.
 """
 
 from __future__ import annotations
@@ -33,15 +36,20 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tenso
         idist.finalize()
 
 
-def command(launcher: str, out: Path, endpoint: str, restarts: int) -> list[str]:
+def command(
+    launcher: str, out: Path, endpoint: str, restarts: int, nnodes: str = "1:2", hold: int = 4, crash: str = ""
+) -> list[str]:
+    """One node's launcher: 2 ranks; ``crash``: "STEP RANK [always]" (the rank that raises, at that step)."""
     py = sys.executable
+    step, rank, *always = crash.split() or ["-1", "0"]
+    crashes = ["--crash-step", step, "--crash-rank", rank, *(["--crash-always"] if always else [])]
     if launcher == "idist-run":
-        return [py, "-m", "idist", "run", "-n", "2", "--nnodes", "1:2", "--rdzv-endpoint", endpoint,
+        return [py, "-m", "idist", "run", "-n", "2", "--nnodes", nnodes, "--rdzv-endpoint", endpoint,
                 "--max-restarts", str(restarts), "--liveness", "2", "--rdzv-timeout", "60",
                 str(TESTS / "launch_scripts" / "elastic_train.py"), str(out), "--stall-step", "6",
-                "--hold-below", "4"]  # fmt: skip
+                "--hold-below", str(hold), *crashes]  # fmt: skip
     script = str(TESTS / "launch_scripts" / "elastic_spawn_node.py")
-    return [py, script, str(out), endpoint, "2", str(restarts), "6", "4"]
+    return [py, script, str(out), endpoint, "2", str(restarts), "6", str(hold), "--nnodes", nnodes, *crashes]
 
 
 def stalled(out: Path, n: int, timeout: float = 90.0) -> None:
@@ -96,6 +104,47 @@ def test_a_node_that_arrives_later_joins_and_the_job_ends_on_4_ranks_with_the_sa
     assert "a node joins (this does not count as a restart)" in node0.output, node0.output
     assert sorted(p.name for p in out.glob("attempt*")) == ["attempt0-world2-from0", "attempt0-world4-from0"]
     same_model(out, reference, 1 if launcher == "idist-run" else 2)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("launcher", ["idist-run", "spawn"])
+def test_a_rank_that_raises_once_costs_one_restart_and_the_node_ends_with_the_same_model(
+    nodes: NodeNet, tmp_path: Path, launcher: str, reference: dict[str, torch.Tensor]
+) -> None:
+    """One node (``--nnodes 1``, the rendezvous at its eth0 address), ``--max-restarts 1``: rank 1 raises at
+    step 7; the same 2 ranks resume from step 6's checkpoint."""
+    out = tmp_path / "out"
+    out.mkdir()
+    cmd = command(launcher, out, f"{nodes.nodes[0].addr}:{PORT}", 1, nnodes="1", hold=0, crash="7 1")
+    node0 = nodes.start(0, cmd, clean_env(PYTHONPATH=str(TESTS), PYTHONUNBUFFERED="1"), name="node0")
+    assert node0.wait(100) == 0, node0.output
+    assert "idist: restart 1 of 1: rank 1 (local rank 1 on node 0) exited with status 1" in node0.output
+    assert "injected failure at step 7" in node0.output, node0.output
+    assert sorted(p.name for p in out.glob("attempt*")) == ["attempt0-world2-from0", "attempt1-world2-from6"]
+    same_model(out, reference, 1)
+    assert nodes.wait_empty(0, 10) == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("launcher", ["idist-run", "spawn"])
+def test_a_restart_budget_that_runs_out_exits_non_zero_listing_every_cause(
+    nodes: NodeNet, tmp_path: Path, launcher: str
+) -> None:
+    """Rank 1 raises at step 3 on every attempt: the one restart is spent, the launcher exits 1 and its last
+    word lists both failures, each with its rank and its error."""
+    out = tmp_path / "out"
+    out.mkdir()
+    cmd = command(launcher, out, f"{nodes.nodes[0].addr}:{PORT}", 1, nnodes="1", hold=0, crash="3 1 always")
+    node0 = nodes.start(0, cmd, clean_env(PYTHONPATH=str(TESTS), PYTHONUNBUFFERED="1"), name="node0")
+    assert node0.wait(100) == 1, node0.output
+    cause = "rank 1 (local rank 1 on node 0) exited with status 1"
+    assert f"idist: restart 1 of 1: {cause}" in node0.output, node0.output
+    (summary,) = [line for line in node0.output.splitlines() if line.startswith("idist: the job failed")]
+    assert summary.startswith(f"idist: the job failed after 1 of 1 restarts; each failure: 1) {cause}"), summary
+    assert f"; 2) {cause}" in summary and summary.count("injected failure at step 3") == 2, summary
+    assert sorted(p.name for p in out.glob("attempt*")) == ["attempt0-world2-from0", "attempt1-world2-from2"]
+    assert not list(out.glob("final*.pt"))
+    assert nodes.wait_empty(0, 10) == []
 
 
 def same_model(out: Path, reference: dict[str, torch.Tensor], files: int) -> None:

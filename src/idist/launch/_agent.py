@@ -21,6 +21,7 @@ from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousPara
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 
 from .. import _netif
+from .._errors import PeerLostError
 
 if TYPE_CHECKING:
     from ._elastic import ElasticPlan
@@ -64,14 +65,23 @@ class _Agent(LocalElasticAgent):
         self.failed: tuple[int, int] | None = None
         self._healthy = False
 
+    def _said(self, failure: ProcessFailure) -> str:
+        ctx = self._pcontext
+        return _recorded(failure) or (_last_line(ctx.stderrs.get(failure.local_rank)) if ctx is not None else "")
+
     def _cause(self, group: WorkerGroup, result: RunResult) -> str:
-        rank, failure = min(result.failures.items(), key=lambda kv: kv[1].timestamp)
+        # The first rank to fail; a rank that lost its peer is a consequence, named last: a rank that raised
+        # can take longer to exit than its peers' liveness limit (seen across namespaces), and a script's
+        # failures seen in one look carry the same timestamp (the time of the look).
+        told = {r: self._said(f) for r, f in result.failures.items()}
+        rank, failure = min(
+            result.failures.items(), key=lambda kv: (PeerLostError.__name__ in told[kv[0]], kv[1].timestamp)
+        )
         code = failure.exitcode
         how = f"killed by {failure.signal_name()}" if code < 0 else f"exited with status {code}"
         self.exitcode = 128 - code if code < 0 else (code or 1)
         self.failed = (rank, code)
-        ctx = self._pcontext
-        said = _recorded(failure) or (_last_line(ctx.stderrs.get(failure.local_rank)) if ctx is not None else "")
+        said = told[rank]
         others = len(result.failures) - 1
         more = f" (and {others} more rank{'s' if others > 1 else ''} of this node)" if others else ""
         return f"rank {rank} (local rank {failure.local_rank} on node {group.group_rank}) {how}{more}" + (
