@@ -207,15 +207,8 @@ class DistributedProxySampler(_ShardedBase):
             num_replicas = world_size if num_replicas is None else num_replicas
             rank = current_rank if rank is None else rank
         self.sampler = sampler
-        super().__init__(
-            sampler,
-            num_replicas=num_replicas,
-            rank=rank,
-            seed=seed,
-            drop_last=drop_last,
-            even_batches=even_batches,
-            batch_size=batch_size,
-        )
+        shard = ShardOptions(seed=seed, drop_last=drop_last, even_batches=even_batches, batch_size=batch_size)
+        super().__init__(sampler, num_replicas=num_replicas, rank=rank, **shard)
 
     def _sequence(self) -> list[int]:
         seed = self.seed + self.epoch
