@@ -18,10 +18,7 @@ from ..._context import DistContext
 from ..._errors import CollectiveInputError, TrainingSetupError, UnsupportedOpError
 from ..._group import Group, check_ranks
 from ..._inplace import resolved, write
-from ..._types import (
-    COMMON_OPS,
-    GroupArg,
-)
+from ..._types import COMMON_OPS, GroupArg
 from . import _create, _lib, _training
 from ._comm import HorovodComm, register_process_set
 from ._fold import NATIVE_REDUCE, WIDEN, adasum_tree, fold_tensors
@@ -31,7 +28,6 @@ if TYPE_CHECKING:
 
     from ...training._options import OptimOptions
 
-TensorT = TypeVar("TensorT", bound=torch.Tensor)
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 
