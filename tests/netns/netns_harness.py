@@ -39,6 +39,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -163,14 +164,19 @@ class NodeProc:
     started: float = field(default_factory=time.monotonic)
     ended: float | None = None
 
+    def watch(self) -> None:
+        """Record when the command exits (``ended``), whenever the test looks (a thread of ``start``)."""
+        self.popen.wait()
+        self.ended = time.monotonic()
+
     def wait(self, timeout: float) -> int | None:
         """The exit status (negative: killed by that signal), or None if still running at ``timeout``."""
         try:
             rc = self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
-        if self.ended is None:
-            self.ended = time.monotonic()
+        while self.ended is None:  # the watcher records the exit right after it
+            time.sleep(0.001)
         return rc
 
     @property
@@ -299,6 +305,7 @@ class NodeNet:
                 env=dict(env) if env is not None else clean_env(), start_new_session=True,
             )  # fmt: skip
         proc = NodeProc(node, name, popen, log)
+        threading.Thread(target=proc.watch, daemon=True).start()
         self.procs.append(proc)
         return proc
 

@@ -56,12 +56,14 @@ def _named(text: str) -> set[int]:
 def _check_node_failed(job: Job, i: int, missing: set[int], since: float, bound: float) -> None:
     proc = job.procs[i]
     rc = proc.wait(max(0.0, since + bound - time.monotonic()))
-    took = time.monotonic() - since
+    took = (proc.ended or time.monotonic()) - since  # when it exited, however late the test looks
     assert rc is not None, f"node {i}'s launcher still runs {took:.1f}s after the fault (bound {bound}s)\n{job.logs()}"
+    assert took <= bound, f"node {i}'s launcher exited {took:.1f}s after the fault (bound {bound}s)\n{job.logs()}"
     assert rc != 0, job.logs()
     out = proc.output
     assert any(t in out for t in TYPED), f"node {i}: no typed error\n{out[-3000:]}"
     assert _named(out) == missing, f"node {i} should name exactly {sorted(missing)}\n{out[-3000:]}"
+    print(f"node {i} ({proc.name}) failed {took:.1f}s after the fault (bound {bound}s)")
 
 
 def test_partition_and_a_killed_store_node_give_typed_errors_in_bound(nodes4: NodeNet, tmp_path: Path) -> None:

@@ -143,6 +143,8 @@ def test_a_node_cut_off_inside_ddp_exits_with_its_stack_and_a_computing_rank_is_
         rc = proc.wait(max(0.0, t0 + bound - time.monotonic()))
         out = proc.output
         assert rc is not None, f"node {i} still runs {time.monotonic() - t0:.1f}s after the cut\n{job.logs()}"
+        assert proc.ended is not None and proc.ended - t0 <= bound, f"node {i} exited too late\n{job.logs()}"
+        print(f"node {i} exited {proc.ended - t0:.1f}s after the cut (bound {bound}s)")
         assert rc != 0, out[-3000:]
         assert f"idist.PeerLostError: ranks {named} stopped answering ({why}" in out, out[-3000:]
         assert "main thread (most recent call last)" in out and "backward" in out, out[-3000:]
