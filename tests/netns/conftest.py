@@ -21,3 +21,13 @@ def nodes(tmp_path: Path) -> Iterator[NodeNet]:
         pytest.skip(reason)
     with NodeNet(2, tmp_path / "net") as net:
         yield net
+
+
+@pytest.fixture
+def nodes4(tmp_path: Path) -> Iterator[NodeNet]:
+    """Four nodes on one bridge: two 2-node jobs side by side, a fault on one pair only."""
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with NodeNet(4, tmp_path / "net") as net:
+        yield net

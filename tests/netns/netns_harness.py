@@ -39,6 +39,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -163,14 +164,19 @@ class NodeProc:
     started: float = field(default_factory=time.monotonic)
     ended: float | None = None
 
+    def watch(self) -> None:
+        """Record when the command exits (``ended``), whenever the test looks (a thread of ``start``)."""
+        self.popen.wait()
+        self.ended = time.monotonic()
+
     def wait(self, timeout: float) -> int | None:
         """The exit status (negative: killed by that signal), or None if still running at ``timeout``."""
         try:
             rc = self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
-        if self.ended is None:
-            self.ended = time.monotonic()
+        while self.ended is None:  # the watcher records the exit right after it
+            time.sleep(0.001)
         return rc
 
     @property
@@ -260,31 +266,46 @@ class NodeNet:
         with open(self.nodes[i].hosts_file, "w") as f:
             f.write(self.default_hosts() if text is None else text)
 
-    def hostname_resolves_to(self, i: int, addr: str) -> None:
-        """Node i's own hostname resolves to ``addr`` there (e.g. 127.0.1.1); the others' stay right."""
+    def _resolving_to(self, i: int, addr: str) -> str:
         node = self.nodes[i]
         others = [f"{n.addr} {n.hostname}" for n in self.nodes if n is not node]
-        self.set_hosts(i, "\n".join(["127.0.0.1 localhost", f"{addr} {node.hostname}", *others]) + "\n")
+        return "\n".join(["127.0.0.1 localhost", f"{addr} {node.hostname}", *others]) + "\n"
+
+    def hostname_resolves_to(self, i: int, addr: str) -> None:
+        """Node i's own hostname resolves to ``addr`` there (e.g. 127.0.1.1); the others' stay right."""
+        self.set_hosts(i, self._resolving_to(i, addr))
+
+    def hosts_resolving_to(self, i: int, addr: str) -> Path:
+        """A second hosts file for node i, as ``hostname_resolves_to`` writes it, for the commands
+        started with it (``start(..., hosts=)``) while the node's others keep the right one."""
+        path = self.workdir / f"hosts.n{i}.{addr}"
+        path.write_text(self._resolving_to(i, addr))
+        return path
 
     # -- processes -------------------------------------------------------------------------
-    def argv(self, i: int, cmd: Sequence[str]) -> list[str]:
+    def argv(self, i: int, cmd: Sequence[str], hosts: Path | None = None) -> list[str]:
         node = self.nodes[i]
         return [
             "ip", "netns", "exec", node.ns, "unshare", "--uts", "--", "sh", "-c", _WRAP, "sh",
-            node.hostname, str(node.hosts_file), str(node.resolv_file), *cmd,
+            node.hostname, str(hosts or node.hosts_file), str(node.resolv_file), *cmd,
         ]  # fmt: skip
 
-    def start(self, i: int, cmd: Sequence[str], env: Mapping[str, str] | None = None, name: str = "") -> NodeProc:
-        """Start ``cmd`` on node i in its own session; output to ``workdir/<name>.log``."""
+    def start(
+        self, i: int, cmd: Sequence[str], env: Mapping[str, str] | None = None, name: str = "",
+        hosts: Path | None = None,
+    ) -> NodeProc:  # fmt: skip
+        """Start ``cmd`` on node i in its own session (``hosts``: its /etc/hosts instead of the
+        node's); output to ``workdir/<name>.log``."""
         node = self.nodes[i]
         name = name or f"n{i}-{len(self.procs)}"
         log = self.workdir / f"{name}.log"
         with open(log, "wb") as out:
             popen = subprocess.Popen(
-                self.argv(i, cmd), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                self.argv(i, cmd, hosts), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 env=dict(env) if env is not None else clean_env(), start_new_session=True,
             )  # fmt: skip
         proc = NodeProc(node, name, popen, log)
+        threading.Thread(target=proc.watch, daemon=True).start()
         self.procs.append(proc)
         return proc
 
@@ -415,13 +436,18 @@ def start_job(
     nodes: Sequence[int] = (0, 1),
     tag: str = "",
     env: Mapping[int, Mapping[str, str]] | None = None,
+    hosts: Mapping[int, Path] | None = None,
 ) -> Job:
-    """Start a 2-node x 2-rank job of ``netns_job.py`` on ``nodes`` (rendezvous at node 0, ``port``)."""
+    """Start a 2-node x 2-rank job of ``netns_job.py`` on ``nodes`` (node ranks 0 and 1 on the first
+    and the second of ``nodes``, rendezvous at the first, ``port``; a job on nodes 2 and 3 runs
+    beside one on 0 and 1 and a fault on one pair leaves the other alone; ``hosts``: node -> the
+    /etc/hosts this job sees there, if not the node's)."""
     out.mkdir(parents=True, exist_ok=True)
     args = [*job_args, "--tag", tag] if tag else list(job_args)
     procs = []
+    master = net.nodes[min(nodes)].addr
     for i in nodes:
         e = clean_env(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env or {}).get(i, {}))
-        cmd = job_cmd(launcher, i, net.nodes[0].addr, port, out, args)
-        procs.append(net.start(i, cmd, e, name=f"{tag or 'job'}-{launcher}-n{i}"))
+        cmd = job_cmd(launcher, i - min(nodes), master, port, out, args)
+        procs.append(net.start(i, cmd, e, name=f"{tag or 'job'}-{launcher}-n{i}", hosts=(hosts or {}).get(i)))
     return Job(out, tag, procs)

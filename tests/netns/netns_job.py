@@ -59,6 +59,7 @@ def checks(ctx: idist.DistContext, training: bool) -> dict[str, Any]:
     res: dict[str, Any] = {
         "rank": r, "world_size": w, "local_rank": ctx.local_rank, "node_rank": ctx.node_rank,
         "nnodes": ctx.nnodes, "nproc_per_node": ctx.nproc_per_node, "hostname": socket.gethostname(),
+        "hostname_addr": socket.gethostbyname(socket.gethostname()),
         "module": [idist.get_rank(), idist.get_local_rank(), idist.get_node_rank(), idist.get_nnodes(),
                    idist.get_nproc_per_node(), idist.get_world_size()],
         "config": {k: str(v) for k, v in ctx.config.items()},
@@ -90,6 +91,11 @@ def checks(ctx: idist.DistContext, training: bool) -> dict[str, Any]:
     return res
 
 
+#: seconds a looping rank rests between two steps: it spends most of a test waiting for a fault
+#: (or for the jobs beside it to start), and a busy loop would take the CPU they start with
+PACE = 0.1
+
+
 def loop(ctx: idist.DistContext, out: Path, tag: str, section: float | None) -> dict[str, Any]:
     """all_reduce forever, a heartbeat per iteration: the test pulls a link or kills a node meanwhile."""
     beat = out / f"{tag}beat{ctx.rank}"
@@ -105,7 +111,7 @@ def loop(ctx: idist.DistContext, out: Path, tag: str, section: float | None) -> 
         tmp = beat.with_suffix(".tmp")
         tmp.write_text(f"{i} {time.time()}")
         tmp.replace(beat)  # readers never see a half-written beat
-        time.sleep(0.01)
+        time.sleep(PACE)
 
 
 def ddp_loop(ctx: idist.DistContext, out: Path, tag: str) -> dict[str, Any]:
@@ -124,7 +130,7 @@ def ddp_loop(ctx: idist.DistContext, out: Path, tag: str) -> dict[str, Any]:
         tmp = beat.with_suffix(".tmp")
         tmp.write_text(f"{i} {time.time()}")
         tmp.replace(beat)
-        time.sleep(0.01)
+        time.sleep(PACE)
 
 
 def slow(ctx: idist.DistContext, seconds: float) -> dict[str, Any]:

@@ -1,9 +1,11 @@
 """2 nodes x 2 ranks across network namespaces, through each launcher: exact collectives, topology,
 training equal to one process, and what listens where.
 
-Each launcher runs once per module (``launched``), on fresh nodes whose hostnames resolve to their
-own addresses (a well-configured cluster). ``test_loopback_hostname_still_joins`` breaks that on
-purpose: every node's hostname resolves to 127.0.1.1, as on a default Debian install.
+The four launchers run once per module (``launches``), side by side on the same two nodes (each
+job on its own port), nodes whose hostnames resolve to their own addresses (a well-configured
+cluster), except for the spawn job: there every node's hostname resolves to 127.0.1.1, as on a
+default Debian install (its own hosts file; the others' stay right), and gloo must still bind
+eth0. One launch each: Python and torch starting in 24 processes is what these tests cost.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import math
 import re
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,24 +27,39 @@ from training_cases import train
 
 WORLD = 4
 PORT = 29500
+#: the launcher whose nodes' hostnames resolve to loopback (127.0.1.1)
+LOOPBACK = "spawn"
 
 
-@pytest.fixture(scope="module", params=LAUNCHERS)
-def launched(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def launches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    launcher: str = request.param
-    work = tmp_path_factory.mktemp(f"netns-{launcher}")
+    work = tmp_path_factory.mktemp("netns-launchers")
     with NodeNet(2, work / "net") as net:
-        job = start_job(net, launcher, work / "out", PORT, ["--training", "--timeout", "30"])
-        rcs = job.wait(50)
+        loopback = {i: net.hosts_resolving_to(i, "127.0.1.1") for i in range(2)}
+        args = ["--training", "--timeout", "120"]
+        jobs = {
+            la: start_job(net, la, work / la, PORT + 10 * k, args, hosts=loopback if la == LOOPBACK else None)
+            for k, la in enumerate(LAUNCHERS)
+        }
+        rcs = {la: job.wait(300) for la, job in jobs.items()}
         left = {i: net.describe(net.wait_empty(i, 5)) for i in range(2)}
-        run = {
-            "launcher": launcher, "rcs": rcs, "results": job.results(), "errors": job.errors(),
-            "logs": job.logs(), "left": left, "addrs": [n.addr for n in net.nodes],
+        runs = {
+            launcher: {
+                "launcher": launcher, "rcs": rcs[launcher], "results": job.results(), "errors": job.errors(),
+                "logs": job.logs(), "left": left, "addrs": [n.addr for n in net.nodes],
+                "launcher_pids": [p.popen.pid for p in job.procs],
+            }
+            for launcher, job in jobs.items()
         }  # fmt: skip
-    return run
+    return runs
+
+
+@pytest.fixture(params=LAUNCHERS)
+def launched(request: pytest.FixtureRequest, launches: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return launches[request.param]
 
 
 def _ranks(run: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -105,18 +121,26 @@ def test_no_process_left_on_any_node(launched: dict[str, Any]) -> None:
 _SS = re.compile(r"^(?P<addr>\S+):(?P<port>\d+) .*pid=(?P<pid>\d+)")
 
 
-def test_listeners_bind_the_interface_that_reaches_master(launched: dict[str, Any]) -> None:
+def test_listeners_bind_the_interface_that_reaches_master(
+    launched: dict[str, Any], launches: dict[str, dict[str, Any]]
+) -> None:
     """Every socket idist opens listens on the node's own address (the route to master_addr), not on
-    all interfaces (``*``/``0.0.0.0``). Under plain torchrun the agent's store is torch's: only the
-    ranks' sockets are checked there."""
+    all interfaces (``*``/``0.0.0.0``); under the spawn job, whose hostnames resolve to 127.0.1.1,
+    too. Under plain torchrun the agent's store is torch's: only the ranks' sockets are checked
+    there. The other jobs' processes on the node are theirs to check."""
     ranks = _ranks(launched)
-    rank_pids = {str(res["pid"]) for res in ranks.values()}
+    own = {str(res["pid"]) for res in ranks.values()}
+    if launched["launcher"] != "torchrun":
+        own |= {str(pid) for pid in launched["launcher_pids"]}
+    others = {str(pid) for run in launches.values() for pid in run["launcher_pids"]} | {
+        str(res["pid"]) for run in launches.values() for res in run["results"].values()
+    }
     wrong = []
     for r in (0, 2):  # local rank 0 of each node captured its node's socket table
         for line in ranks[r]["ss"]["listen"]:
             m = _SS.match(line)
             assert m, line
-            if launched["launcher"] == "torchrun" and m["pid"] not in rank_pids:
+            if m["pid"] not in own and m["pid"] in others:
                 continue
             if m["addr"] != launched["addrs"][r // 2]:
                 wrong.append(f"node{r // 2}: {line}")
@@ -130,15 +154,15 @@ def test_config_names_the_interface(launched: dict[str, Any]) -> None:
         assert "eth0" in text and launched["addrs"][r // 2] in text, f"rank {r}: {res['config']}"
 
 
-def test_loopback_hostname_still_joins(nodes: NodeNet, tmp_path: Path) -> None:
-    """Every node's hostname resolves to 127.0.1.1 (Debian's default): gloo must still bind eth0."""
-    for i in range(2):
-        nodes.hostname_resolves_to(i, "127.0.1.1")
-    job = start_job(nodes, "spawn", tmp_path / "out", PORT, ["--timeout", "10"])
-    rcs = job.wait(35)
-    assert rcs == [0, 0], f"launchers: {rcs}; errors: {job.errors()}\n{job.logs()}"
-    assert sorted(job.results()) == list(range(WORLD))
-    assert all(res["sum_int"] == 10 for res in job.results().values())
+def test_loopback_hostname_still_joins(launches: dict[str, dict[str, Any]]) -> None:
+    """Every node's hostname resolves to 127.0.1.1 (Debian's default) in the spawn job: it still
+    joins (its listeners bind eth0: ``test_listeners_bind_the_interface_that_reaches_master``);
+    the other jobs saw the well-configured names."""
+    for launcher, run in launches.items():
+        results = _ranks(run)
+        assert all(res["sum_int"] == 10 for res in results.values())
+        for r, res in results.items():
+            assert res["hostname_addr"] == ("127.0.1.1" if launcher == LOOPBACK else run["addrs"][r // 2]), res
 
 
 def test_idist_info_shows_topology_and_interface(nodes: NodeNet) -> None:

@@ -5,7 +5,8 @@ taken down mid-loop, so nothing is reset) must still end every rank on both side
 error naming the other side within the liveness limit, and every launcher must exit non-zero
 (torchrun's agent on the side cut off from its own store excepted: it is torch's); node 0, which
 serves the store, may be the one cut off. A node whose launcher is SIGKILLed ends the same way.
-A rank that computes for three times the limit is not lost.
+A rank that computes for three times the limit is not lost. Jobs whose faults leave each other
+alone run side by side (a pair of nodes each, or one fault for all), so their waits overlap.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import signal
 import time
 from pathlib import Path
 
-import pytest
 from netns_harness import Job, NodeNet, start_job
 from test_netns_faults import START, _check_node_failed
 
@@ -25,9 +25,13 @@ DEFAULT_BOUND = 60.0
 SHORT = 5.0
 
 
-def _looping(nodes: NodeNet, tmp_path: Path, launcher: str, limit: float | None = None) -> Job:
+def _start(nodes: NodeNet, out: Path, launcher: str, limit: float | None = None, port: int = PORT) -> Job:
     env = {} if limit is None else {i: {"IDIST_LIVENESS": str(limit)} for i in range(2)}
-    job = start_job(nodes, launcher, tmp_path / "out", PORT, ["--work", "loop"], env=env)
+    return start_job(nodes, launcher, out, port, ["--work", "loop"], env=env)
+
+
+def _looping(nodes: NodeNet, tmp_path: Path, launcher: str, limit: float | None = None) -> Job:
+    job = _start(nodes, tmp_path / "out", launcher, limit)
     job.wait_beats(4, START)
     time.sleep(0.3)
     return job
@@ -43,50 +47,59 @@ def _ends(job: Job, i: int, missing: set[int], since: float, bound: float) -> fl
 
 
 def _all_gone(nodes: NodeNet) -> None:
-    for i in range(2):
+    for i in range(len(nodes.nodes)):
         assert nodes.wait_empty(i, 10) == [], f"left on node {i}: {nodes.describe(nodes.pids(i))}"
 
 
-def test_partition_without_any_timeout_ends_both_nodes_within_a_minute(nodes: NodeNet, tmp_path: Path) -> None:
-    """``idist run`` on both nodes, default liveness (30 s), no timeout anywhere: node 1's port goes down."""
-    job = _looping(nodes, tmp_path, "idist-run")
-    nodes.link(1, False)
+def test_partition_and_a_sigkilled_launcher_without_any_timeout_end_every_node(nodes4: NodeNet, tmp_path: Path) -> None:
+    """Two ``idist run`` jobs, default liveness (30 s), no timeout anywhere: job P on nodes 0 and 1,
+    job K beside it on nodes 2 and 3. Node 1's port goes down: both sides of P end within a minute,
+    not before the limit. SIGKILL to node 3's ``idist run`` alone: its ranks die with it and node 2
+    ends within the bound."""
+    part = _start(nodes4, tmp_path / "p", "idist-run")
+    killed = start_job(nodes4, "idist-run", tmp_path / "k", PORT, ["--work", "loop"], nodes=(2, 3))
+    for job in (part, killed):
+        job.wait_beats(4, 2 * START)  # 12 processes start side by side
+    time.sleep(0.3)
+    nodes4.link(1, False)
     t0 = time.monotonic()
-    took = [_ends(job, 0, {2, 3}, t0, DEFAULT_BOUND), _ends(job, 1, {0, 1}, t0, DEFAULT_BOUND)]
+    launcher = killed.procs[1].popen.pid
+    cmdline = Path(f"/proc/{launcher}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    assert "-m idist run" in cmdline, cmdline  # the node's launcher itself (ip netns exec ... execs it)
+    os.kill(launcher, signal.SIGKILL)
+    t1 = time.monotonic()
+    _ends(killed, 0, {2, 3}, t1, DEFAULT_BOUND)
+    took = [_ends(part, 0, {2, 3}, t0, DEFAULT_BOUND), _ends(part, 1, {0, 1}, t0, DEFAULT_BOUND)]
     print(f"launchers ended {took[0]:.1f}s and {took[1]:.1f}s after the link went down")
-    assert min(took) >= 25.0, f"ended before the liveness limit: {took}\n{job.logs()}"  # not by a timeout
-    errors = job.errors()
-    assert sorted(errors) == [0, 1, 2, 3], job.logs()
+    assert min(took) >= 25.0, f"ended before the liveness limit: {took}\n{part.logs()}"  # not by a timeout
+    errors = part.errors()
+    assert sorted(errors) == [0, 1, 2, 3], part.logs()
     for rank, err in errors.items():
         assert err["type"] == "PeerLostError", err
-        side = "no heartbeat from them" if rank < 2 else f"the store at {nodes.nodes[0].addr}:{PORT} stopped answering"
+        side = "no heartbeat from them" if rank < 2 else f"the store at {nodes4.nodes[0].addr}:{PORT} stopped answering"
         assert side in str(err["message"]), err
-    _all_gone(nodes)
+    _all_gone(nodes4)
 
 
-@pytest.mark.parametrize("launcher", ["spawn", "parallel"])
-def test_node0_with_the_store_cut_off_every_launcher_exits_non_zero(
-    nodes: NodeNet, tmp_path: Path, launcher: str
-) -> None:
-    """Node 0's own port goes down (``IDIST_LIVENESS=5``): both sides end within the limit and a margin."""
-    job = _looping(nodes, tmp_path, launcher, limit=SHORT)
+def test_node0_with_the_store_cut_off_every_launcher_exits_non_zero(nodes: NodeNet, tmp_path: Path) -> None:
+    """spawn, Parallel and torchrun side by side (``IDIST_LIVENESS=5``, a port each); node 0's own
+    port goes down: every rank of every job ends with a typed error within the limit and a margin,
+    and every launcher exits non-zero, except torchrun's agent on node 1, which is torch's: it
+    stays blocked in a call on its rendezvous store (on node 0) long after its ranks ended
+    (docs/multinode.md); only it may be left there."""
+    launchers = ("spawn", "parallel", "torchrun")
+    jobs = {la: _start(nodes, tmp_path / la, la, SHORT, PORT + 10 * k) for k, la in enumerate(launchers)}
+    for job in jobs.values():
+        job.wait_beats(4, len(jobs) * START)  # 18 processes start side by side
+    time.sleep(0.3)
     nodes.link(0, False)
     t0 = time.monotonic()
     bound = SHORT + 20.0
-    _ends(job, 0, {2, 3}, t0, bound)
-    _ends(job, 1, {0, 1}, t0, bound)
-    assert {e["type"] for e in job.errors().values()} == {"PeerLostError"}, job.logs()
-    _all_gone(nodes)
-
-
-def test_node0_cut_off_under_torchrun_ends_every_rank(nodes: NodeNet, tmp_path: Path) -> None:
-    """The same under torchrun: every rank ends with a typed error within the bound and node 0's agent
-    exits non-zero. Node 1's agent is torch's: it stays blocked in a call on its rendezvous store (on
-    node 0) long after its ranks ended (docs/multinode.md); only it may be left there."""
-    job = _looping(nodes, tmp_path, "torchrun", limit=SHORT)
-    nodes.link(0, False)
-    t0 = time.monotonic()
-    bound = SHORT + 20.0
+    for la in ("spawn", "parallel"):
+        _ends(jobs[la], 0, {2, 3}, t0, bound)
+        _ends(jobs[la], 1, {0, 1}, t0, bound)
+        assert {e["type"] for e in jobs[la].errors().values()} == {"PeerLostError"}, jobs[la].logs()
+    job = jobs["torchrun"]
     _ends(job, 0, {2, 3}, t0, bound)
     deadline = t0 + bound
     while len(job.errors()) < 4 and time.monotonic() < deadline:
@@ -101,28 +114,25 @@ def test_node0_cut_off_under_torchrun_ends_every_rank(nodes: NodeNet, tmp_path: 
     assert len(left) <= 1 and all("torch.distributed.run" in p for p in left), left  # no rank left
 
 
-def test_a_sigkilled_node_launcher_ends_the_other_node(nodes: NodeNet, tmp_path: Path) -> None:
-    """SIGKILL to node 1's ``idist run`` alone: its ranks die with it, node 0 ends within the bound."""
-    job = _looping(nodes, tmp_path, "idist-run")
-    launcher = job.procs[1].popen.pid
-    cmdline = Path(f"/proc/{launcher}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    assert "-m idist run" in cmdline, cmdline  # the node's launcher itself (ip netns exec ... execs it)
-    os.kill(launcher, signal.SIGKILL)
-    t0 = time.monotonic()
-    _ends(job, 0, {2, 3}, t0, DEFAULT_BOUND)
-    _all_gone(nodes)
-
-
-def test_a_node_cut_off_from_the_store_inside_ddp_exits_with_its_stack(nodes: NodeNet, tmp_path: Path) -> None:
-    """``idist run`` on both nodes, a DDP loop that calls no idist function per step
+def test_a_node_cut_off_inside_ddp_exits_with_its_stack_and_a_computing_rank_is_not_lost(
+    nodes4: NodeNet, tmp_path: Path
+) -> None:
+    """``idist run`` on nodes 0 and 1, a DDP loop that calls no idist function per step
     (``IDIST_LIVENESS=5``): node 1, which does not serve the store, loses its link. Its ranks wait in
     DDP's backward, which nothing can interrupt, while their store calls never return: each exits 1
     within the limit + 30 s with its main thread's stack, saying the store at node 0's address
     stopped answering. Node 0's ranks, also in backward, name node 1's ranks and exit 1 the same way.
-    (Before: node 1's watcher waited in its store call and never looked; node 1 ran on until killed.)"""
+    (Before: node 1's watcher waited in its store call and never looked; node 1 ran on until killed.)
+    Beside it, on nodes 2 and 3 (``IDIST_LIVENESS=3``), a spawn job's rank 2 computes for 10 s
+    while the 3 others wait in an all_reduce: it is not lost."""
+    nodes = nodes4
     env = {i: {"IDIST_LIVENESS": str(SHORT)} for i in range(2)}
     job = start_job(nodes, "idist-run", tmp_path / "out", PORT, ["--work", "ddp"], env=env)
-    job.wait_beats(4, 2 * START)  # DDP's wrapping and first steps on 4 processes
+    # beside it, on nodes 2 and 3: rank 2 computes for 10 s (three limits) while the others wait
+    slow_env = {i: {"IDIST_LIVENESS": "3"} for i in (2, 3)}
+    slow = start_job(nodes, "spawn", tmp_path / "slow", PORT, ["--work", "slow", "--slow", "10"], env=slow_env,
+                     nodes=(2, 3))  # fmt: skip
+    job.wait_beats(4, 3 * START)  # DDP's wrapping and first steps, 12 processes side by side
     time.sleep(0.3)
     nodes.link(1, False)
     t0 = time.monotonic()
@@ -133,21 +143,16 @@ def test_a_node_cut_off_from_the_store_inside_ddp_exits_with_its_stack(nodes: No
         rc = proc.wait(max(0.0, t0 + bound - time.monotonic()))
         out = proc.output
         assert rc is not None, f"node {i} still runs {time.monotonic() - t0:.1f}s after the cut\n{job.logs()}"
+        assert proc.ended is not None and proc.ended - t0 <= bound, f"node {i} exited too late\n{job.logs()}"
+        print(f"node {i} exited {proc.ended - t0:.1f}s after the cut (bound {bound}s)")
         assert rc != 0, out[-3000:]
         assert f"idist.PeerLostError: ranks {named} stopped answering ({why}" in out, out[-3000:]
         assert "main thread (most recent call last)" in out and "backward" in out, out[-3000:]
         assert "waits in torch's own collective above" in out and "exiting with status 1" in out, out[-3000:]
-    _all_gone(nodes)
-
-
-def test_a_rank_computing_for_three_limits_is_not_lost(nodes: NodeNet, tmp_path: Path) -> None:
-    """Rank 2 computes for 10 s (``IDIST_LIVENESS=3``) while the 3 others wait in an all_reduce."""
-    env = {i: {"IDIST_LIVENESS": "3"} for i in range(2)}
-    job = start_job(nodes, "spawn", tmp_path / "out", PORT, ["--work", "slow", "--slow", "10"], env=env)
-    rcs = job.wait(START + 60)
-    assert rcs == [0, 0], f"launchers: {rcs}; errors: {job.errors()}\n{job.logs()}"
-    results = job.results()
-    assert sorted(results) == [0, 1, 2, 3], job.logs()
+    rcs = slow.wait(START + 60)
+    assert rcs == [0, 0], f"launchers: {rcs}; errors: {slow.errors()}\n{slow.logs()}"
+    results = slow.results()
+    assert sorted(results) == [0, 1, 2, 3], slow.logs()
     for res in results.values():
         assert res["first"] == 6 and res["second"] == [6.0] * 3 and res["after"] == [1] * 4, res
     assert min(float(str(r["waited"])) for r in results.values()) >= 9.0, results
