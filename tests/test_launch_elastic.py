@@ -118,16 +118,17 @@ def test_a_lost_node_costs_one_restart_and_the_rest_finish_with_the_same_model(t
 
 
 def test_a_node_that_arrives_later_joins_at_the_next_restart(tmp_path: Path, agents: Agents) -> None:
-    """Node 0 starts alone with --nnodes 1:2; node 1 joins; the job finishes on 4 ranks, no restart spent."""
+    """Node 0 starts alone with --nnodes 1:2 and stalls at step 3; node 1 joins; the job resumes from step 2's
+    checkpoint and finishes on 2 ranks, no restart spent (1 rank a node: the namespace test joins 2 ranks to 2)."""
     port = free_port()
-    common = ["-n", "2", "--nnodes", "1:2", "--rdzv-endpoint", f"127.0.0.1:{port}", *FAST]
-    node0 = agents.start([*common, TRAIN, str(tmp_path), "--stall-step", "3", "--stall-below", "4"], "node0")
-    stalled(tmp_path, 2)
+    common = ["-n", "1", "--nnodes", "1:2", "--rdzv-endpoint", f"127.0.0.1:{port}", *FAST]
+    node0 = agents.start([*common, TRAIN, str(tmp_path), "--stall-step", "3", "--stall-below", "2"], "node0")
+    stalled(tmp_path, 1)
     node1 = agents.start([*common, TRAIN, str(tmp_path)], "node1")
     assert node0.wait(timeout=120) == 0, agents.log("node0")
     assert node1.wait(timeout=60) == 0, agents.log("node1")
     assert "a node joins (this does not count as a restart)" in agents.log("node0")
-    assert attempts(tmp_path) == ["attempt0-world2-from0", "attempt0-world4-from2"]  # the restart count stays 0
+    assert attempts(tmp_path) == ["attempt0-world1-from0", "attempt0-world2-from2"]  # the restart count stays 0
     same_model(finals(tmp_path, 1))
 
 

@@ -5,8 +5,9 @@
   on it: node 0 restarts alone, on 2 ranks, from step 4's checkpoint (saved on 4), and ends with
   the parameters of the uninterrupted run;
 - node 0 starts alone (1 of 1..2 nodes), node 1 joins: the job ends on 4 ranks with the same model;
-- one node, one restart: a rank raises once, the job restarts and ends with the same model;
-- a restart budget that runs out: the launcher exits 1 and lists every restart's cause.
+- one node, one restart: a rank raises once, the job restarts and ends with the same model; and at
+  the same time, on the other node, a restart budget that runs out: the launcher exits 1 and lists
+  every restart's cause.
 """
 
 from __future__ import annotations
@@ -85,42 +86,40 @@ def test_a_node_that_arrives_later_joins_and_the_job_ends_on_4_ranks_with_the_sa
     same_model(finals(out, 1 if launcher == "idist-run" else 2))
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("launcher", ["idist-run", "spawn"])
-def test_a_rank_that_raises_once_costs_one_restart_and_the_node_ends_with_the_same_model(
+def test_one_node_jobs_a_rank_that_raises_once_costs_one_restart_and_a_spent_budget_exits_1(
     nodes: NodeNet, tmp_path: Path, launcher: str
 ) -> None:
-    """One node (``--nnodes 1``, the rendezvous at its eth0 address), ``--max-restarts 1``: rank 1 raises at
-    step 7; the same 2 ranks resume from step 6's checkpoint."""
-    out = tmp_path / "out"
-    out.mkdir()
-    cmd = command(launcher, out, f"{nodes.nodes[0].addr}:{PORT}", 1, nnodes="1", hold=0, crash="7 1")
-    node0 = nodes.start(0, cmd, clean_env(PYTHONPATH=str(TESTS), PYTHONUNBUFFERED="1"), name="node0")
-    assert node0.wait(100) == 0, node0.output
-    assert "idist: restart 1 of 1: rank 1 (local rank 1 on node 0) exited with status 1" in node0.output
-    assert "injected failure at step 7" in node0.output, node0.output
-    assert attempts(out) == ["attempt0-world2-from0", "attempt1-world2-from6"]
-    same_model(finals(out, 1))
-    assert nodes.wait_empty(0, 10) == []
+    """Two one-node jobs at once, one a node (``--nnodes 1``, the rendezvous at that node's eth0 address,
+    ``--max-restarts 1``), so that their waits overlap:
 
-
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("launcher", ["idist-run", "spawn"])
-def test_a_restart_budget_that_runs_out_exits_non_zero_listing_every_cause(
-    nodes: NodeNet, tmp_path: Path, launcher: str
-) -> None:
-    """Rank 1 raises at step 3 on every attempt: the one restart is spent, the launcher exits 1 and its last
-    word lists both failures, each with its rank and its error."""
-    out = tmp_path / "out"
-    out.mkdir()
-    cmd = command(launcher, out, f"{nodes.nodes[0].addr}:{PORT}", 1, nnodes="1", hold=0, crash="3 1 always")
-    node0 = nodes.start(0, cmd, clean_env(PYTHONPATH=str(TESTS), PYTHONUNBUFFERED="1"), name="node0")
-    assert node0.wait(100) == 1, node0.output
+    - on node 0, rank 1 raises at step 7: the same 2 ranks resume from step 6's checkpoint and the job ends
+      with the uninterrupted run's model;
+    - on node 1, rank 1 raises at step 3 on every attempt: the one restart is spent, the launcher exits 1
+      and its last word lists both failures, each with its rank and its error.
+    """
+    env = clean_env(PYTHONPATH=str(TESTS), PYTHONUNBUFFERED="1")
+    once, spent = tmp_path / "once", tmp_path / "spent"
+    jobs = []
+    for i, (out, crash) in enumerate(((once, "7 1"), (spent, "3 1 always"))):
+        out.mkdir()
+        cmd = command(launcher, out, f"{nodes.nodes[i].addr}:{PORT}", 1, nnodes="1", hold=0, crash=crash)
+        jobs.append(nodes.start(i, cmd, env, name=out.name))
+    node0, node1 = jobs
     cause = "rank 1 (local rank 1 on node 0) exited with status 1"
+
+    assert node0.wait(200) == 0, node0.output
     assert f"idist: restart 1 of 1: {cause}" in node0.output, node0.output
-    (summary,) = [line for line in node0.output.splitlines() if line.startswith("idist: the job failed")]
+    assert "injected failure at step 7" in node0.output, node0.output
+    assert attempts(once) == ["attempt0-world2-from0", "attempt1-world2-from6"]
+    same_model(finals(once, 1))
+
+    assert node1.wait(200) == 1, node1.output
+    assert f"idist: restart 1 of 1: {cause}" in node1.output, node1.output
+    (summary,) = [line for line in node1.output.splitlines() if line.startswith("idist: the job failed")]
     assert summary.startswith(f"idist: the job failed after 1 of 1 restarts; each failure: 1) {cause}"), summary
     assert f"; 2) {cause}" in summary and summary.count("injected failure at step 3") == 2, summary
-    assert attempts(out) == ["attempt0-world2-from0", "attempt1-world2-from2"]
-    assert not list(out.glob("final*.pt"))
-    assert nodes.wait_empty(0, 10) == []
+    assert attempts(spent) == ["attempt0-world2-from0", "attempt1-world2-from2"]
+    assert not list(spent.glob("final*.pt"))
+    assert nodes.wait_empty(0, 10) == [] and nodes.wait_empty(1, 10) == []
