@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 import attrs
 import torch
@@ -27,11 +27,15 @@ from ._types import (
     FloatReduceOp,
     FloatValue,
     GroupArg,
+    HorovodReduceOp,
     IntReduceOp,
     ModelName,
     NoneT,
     ReduceOp,
 )
+
+if TYPE_CHECKING:
+    from ._backends.horovod._comm import HorovodComm
 
 __all__ = ["DistContext"]
 
@@ -128,9 +132,14 @@ class DistContext(TrainingMethods[CommT_co]):
         return Group(key, key.index(self.rank) if self.rank in key else -1)
 
     # ------------------------------------------------------------- collectives
-    # One overload per value type, with the ops the runtime takes for it (``_reduce``'s tables).
+    # One overload per value type, with the ops the runtime takes for it (``_reduce``'s tables);
+    # Horovod's contexts also take ADASUM for tensors.
     @overload
     def all_reduce(self, tensor: TensorT, op: ReduceOp = "SUM", group: GroupArg = None) -> TensorT: ...
+    @overload
+    def all_reduce(
+        self: DistContext[HorovodComm], tensor: TensorT, op: HorovodReduceOp, group: GroupArg = None
+    ) -> TensorT: ...
     @overload
     def all_reduce(self, tensor: bool, op: BoolReduceOp, group: GroupArg = None) -> bool: ...
     @overload
@@ -143,14 +152,15 @@ class DistContext(TrainingMethods[CommT_co]):
     def all_reduce(self, tensor: int, op: IntReduceOp = "SUM", group: GroupArg = None) -> int: ...
     @overload
     def all_reduce(self, tensor: FloatValue, op: FloatReduceOp = "SUM", group: GroupArg = None) -> float: ...
-    def all_reduce(self, tensor: object, op: ReduceOp = "SUM", group: GroupArg = None) -> object:
+    def all_reduce(self, tensor: object, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> object:
         """Reduce ``tensor`` (a tensor or a Python number) over the group (all ranks by default).
 
         Tensors are reduced in place and returned; Python ``int``/``float``/``bool`` give a
         new value of the same type, exact in int64/float64. Ranks outside ``group`` get
         ``tensor`` back unchanged. Raises ``UnsupportedOpError`` for an op this backend or data
         type cannot do (before communicating), ``ReduceOverflowError`` when an int result
-        leaves int64, ``UnsupportedValueError`` for other types.
+        leaves int64, ``UnsupportedValueError`` for other types. A ``HorovodContext`` also takes
+        ``op="ADASUM"`` for floating-point tensors.
         """
         return self._all_reduce(tensor, op, group)
 

@@ -37,9 +37,8 @@ class ChildSpec:
     kwargs: Mapping[str, object]
     local_rank: int
     rank: int
-    env: Mapping[str, str]
-    #: variables from the parent's launcher that would contradict this rank's own
-    drop_env: tuple[str, ...]
+    #: the variables to set; None removes one (the parent's launcher's, contradicting this rank's own)
+    env: Mapping[str, str | None]
     parent_pid: int
     #: ignite's form: initialize this backend around fn, finalize after
     backend: str | None = None
@@ -129,9 +128,11 @@ def _call(spec: ChildSpec, failed_at: list[float]) -> object:
 def child_main(spec: ChildSpec, conn: Connection) -> None:
     """The target of every spawned rank process."""
     _isolate(spec)
-    for name in spec.drop_env:
-        os.environ.pop(name, None)
-    os.environ.update(spec.env)
+    for name, value in spec.env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     code = 0
     failed_at: list[float] = []
     try:

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from contextlib import ExitStack
 from types import TracebackType
-from typing import Concatenate, Literal, ParamSpec, TypedDict, TypeVar, final, overload
+from typing import Concatenate, Literal, ParamSpec, TypeVar, final, overload
 
 import torch
 from typing_extensions import Unpack
@@ -26,47 +26,43 @@ from .._context import DistContext
 from .._detect import launched_by
 from .._errors import LaunchConfigError
 from .._log import visible_logger
-from .._types import BackendName, HorovodBackend, SpawnedNative, XlaBackend
+from .._types import (
+    BackendName,
+    DrivenOptions,
+    ElasticSpawnOptions,
+    HorovodBackend,
+    SpawnedNative,
+    SpawnOptions,
+    XlaBackend,
+)
 from . import _elastic_fn
-from ._plan import LaunchPlan, StartMethod
+from ._plan import LaunchPlan
 from ._spawn import ignite_spawn
 
 R = TypeVar("R")
 P = ParamSpec("P")
 
 
-class ParallelOptions(TypedDict, total=False):
+class ParallelOptions(ElasticSpawnOptions, total=False):
     """``Parallel``'s ``**spawn_kwargs``: options for ``spawn`` (``timeout`` also initializes in place)."""
 
     join: bool  # run always joins: False raises LaunchConfigError (and is not in the overloads' types)
-    daemon: bool
-    start_method: StartMethod
-    timeout: float | None
-    max_restarts: int
 
 
-class JoinedOptions(TypedDict, total=False):
+class JoinedOptions(SpawnOptions, total=False):
     """``ParallelOptions`` as the type checker sees them: ``join`` can only be True."""
 
     join: Literal[True]
-    daemon: bool
-    start_method: StartMethod
-    timeout: float | None
 
 
-class SpawningOptions(JoinedOptions, total=False):
+class SpawningOptions(JoinedOptions, ElasticSpawnOptions, total=False):
     """``JoinedOptions`` with a process count: ``max_restarts`` runs the ranks on torch's elastic agent."""
 
-    max_restarts: int
 
-
-class DrivenParallelOptions(TypedDict, total=False):
+class DrivenParallelOptions(DrivenOptions, total=False):
     """As ``JoinedOptions``, spawning through horovod.run or torch_xla.launch (never daemons)."""
 
     join: Literal[True]
-    daemon: Literal[False]
-    start_method: StartMethod
-    timeout: float | None
 
 
 def _default_spawn_backend() -> str:

@@ -127,15 +127,15 @@ def start(
                 "MASTER_PORT": str(plan.master_port),
                 "IDIST_LAUNCHER": "idist.spawn",
             }
-            env = {**(env if rank_env else {}), **(extra_env or {})}
+            # None: removed in the child (an enclosing launcher's variable that would contradict this rank)
+            child_env = {**dict.fromkeys(INHERITED_RANK_VARS), **(env if rank_env else {}), **(extra_env or {})}
             spec = ChildSpec(
                 fn=fn,
                 args=args,
                 kwargs=dict(kwargs),
                 local_rank=local,
                 rank=rank,
-                env=env,
-                drop_env=INHERITED_RANK_VARS,
+                env=child_env,
                 parent_pid=parent_pid,
                 backend=backend,
                 init_kwargs=dict(init_kwargs or {}),

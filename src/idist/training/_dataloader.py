@@ -30,7 +30,7 @@ from ._epochs import EpochClock, LoaderState, Pass, Steps, position, restore, wa
 from ._feed import Feed, feed_of
 from ._iterable import ShardedIterableDataset, shard_or_warn
 from ._options import AutoDataLoaderOptions, DataLoaderOptions
-from ._sampler import DistributedProxySampler, ShardSampler, _ShardedBase
+from ._sampler import DistributedProxySampler, ShardOptions, ShardSampler, _ShardedBase
 from ._settings import merge, settings_of
 from ._warn import warn
 
@@ -282,19 +282,9 @@ def _sampler(
                 f"but this is rank {rank} of {world}: it is used as it is"
             )
         return sampler
+    shard = ShardOptions(seed=seed, drop_last=drop_last, even_batches=True, batch_size=b)
     if sampler is not None:
-        return DistributedProxySampler(
-            sampler, world, rank, seed=seed, drop_last=drop_last, even_batches=True, batch_size=b
-        )
+        return DistributedProxySampler(sampler, world, rank, **shard)
     if not isinstance(dataset, Sized):
         raise TrainingSetupError(f"{type(dataset).__name__} has no __len__: make it a Dataset or an IterableDataset")
-    return ShardSampler(
-        dataset,
-        num_replicas=world,
-        rank=rank,
-        shuffle=bool(shuffle),
-        seed=seed,
-        drop_last=drop_last,
-        even_batches=True,
-        batch_size=b,
-    )
+    return ShardSampler(dataset, num_replicas=world, rank=rank, shuffle=bool(shuffle), **shard)

@@ -14,7 +14,7 @@ import random
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sized
-from typing import TYPE_CHECKING, Protocol, SupportsIndex, cast, final
+from typing import TYPE_CHECKING, Protocol, SupportsIndex, TypedDict, cast, final
 
 import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler
@@ -82,26 +82,35 @@ def uneven_batches(total: int, world_size: int, batch_size: int | None) -> bool:
     return first != last
 
 
+class ShardOptions(TypedDict):
+    """How both samplers share out the epoch, past ``num_replicas`` and ``rank`` (their keyword-only options)."""
+
+    seed: int
+    drop_last: bool
+    even_batches: bool
+    batch_size: int | None
+
+
 class _ShardedBase(DistributedSampler[int]):
     """Shards the epoch's sequence; subclasses say what the sequence is."""
 
     def __init__(
         self,
-        length: int,
-        source: Sized,
+        dataset: Sized,
         *,
         num_replicas: int,
         rank: int,
-        shuffle: bool,
-        seed: int,
-        drop_last: bool,
-        even_batches: bool,
-        batch_size: int | None,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        even_batches: bool = False,
+        batch_size: int | None = None,
     ) -> None:
         if not 0 <= rank < num_replicas:
             raise TrainingSetupError(f"rank={rank} is outside 0..{num_replicas - 1}")
-        dataset = cast("Dataset[object]", source)  # DistributedSampler only takes its len()
-        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
+        length = len(dataset)
+        source = cast("Dataset[object]", dataset)  # DistributedSampler only takes its len()
+        super().__init__(source, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
         self.length = length
         self.even_batches = even_batches
         self.total_size = shard_plan(length, num_replicas, drop_last, even_batches, batch_size)
@@ -153,30 +162,6 @@ class ShardSampler(_ShardedBase):
     ``DistributedSampler`` draws, from a private generator.
     """
 
-    def __init__(
-        self,
-        dataset: Sized,
-        *,
-        num_replicas: int,
-        rank: int,
-        shuffle: bool = False,
-        seed: int = 0,
-        drop_last: bool = False,
-        even_batches: bool = False,
-        batch_size: int | None = None,
-    ) -> None:
-        super().__init__(
-            len(dataset),
-            dataset,
-            num_replicas=num_replicas,
-            rank=rank,
-            shuffle=shuffle,
-            seed=seed,
-            drop_last=drop_last,
-            even_batches=even_batches,
-            batch_size=batch_size,
-        )
-
     def _sequence(self) -> list[int]:
         if not self.shuffle:
             return list(range(self.length))
@@ -222,17 +207,8 @@ class DistributedProxySampler(_ShardedBase):
             num_replicas = world_size if num_replicas is None else num_replicas
             rank = current_rank if rank is None else rank
         self.sampler = sampler
-        super().__init__(
-            len(sampler),
-            sampler,
-            num_replicas=num_replicas,
-            rank=rank,
-            shuffle=False,
-            seed=seed,
-            drop_last=drop_last,
-            even_batches=even_batches,
-            batch_size=batch_size,
-        )
+        shard = ShardOptions(seed=seed, drop_last=drop_last, even_batches=even_batches, batch_size=batch_size)
+        super().__init__(sampler, num_replicas=num_replicas, rank=rank, **shard)
 
     def _sequence(self) -> list[int]:
         seed = self.seed + self.epoch

@@ -7,28 +7,18 @@ How each difference is bridged: docs/horovod.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, Self, TypeVar, final, overload
+from typing import TYPE_CHECKING, ClassVar, Self, TypeVar, final
 
 import attrs
 import torch
 from torch import nn
-from typing_extensions import deprecated
 
 from ... import _codec, _exchange
 from ..._context import DistContext
 from ..._errors import CollectiveInputError, TrainingSetupError, UnsupportedOpError
 from ..._group import Group, check_ranks
 from ..._inplace import resolved, write
-from ..._types import (
-    COMMON_OPS,
-    BoolReduceOp,
-    BoolRefusedOp,
-    FloatReduceOp,
-    FloatValue,
-    GroupArg,
-    HorovodReduceOp,
-    IntReduceOp,
-)
+from ..._types import COMMON_OPS, GroupArg
 from . import _create, _lib, _training
 from ._comm import HorovodComm, register_process_set
 from ._fold import NATIVE_REDUCE, WIDEN, adasum_tree, fold_tensors
@@ -38,7 +28,6 @@ if TYPE_CHECKING:
 
     from ...training._options import OptimOptions
 
-TensorT = TypeVar("TensorT", bound=torch.Tensor)
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 
@@ -180,26 +169,11 @@ class HorovodContext(DistContext[HorovodComm]):
         )
 
     # ------------------------------------------------------------- collectives
-    # As DistContext's, with ADASUM for tensors (Python values are refused it)
-    @overload
-    def all_reduce(self, tensor: TensorT, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> TensorT: ...
-    @overload
-    def all_reduce(self, tensor: bool, op: BoolReduceOp, group: GroupArg = None) -> bool: ...
-    @overload
-    @deprecated(
-        "all_reduce of a bool takes op AND, OR, MIN or MAX (SUM, PRODUCT and AVERAGE raise "
-        "UnsupportedOpError); to count the True values, reduce int(flag)"
-    )
-    def all_reduce(self, tensor: bool, op: BoolRefusedOp = "SUM", group: GroupArg = None) -> bool: ...
-    @overload
-    def all_reduce(self, tensor: int, op: IntReduceOp = "SUM", group: GroupArg = None) -> int: ...
-    @overload
-    def all_reduce(self, tensor: FloatValue, op: FloatReduceOp = "SUM", group: GroupArg = None) -> float: ...
-    def all_reduce(self, tensor: object, op: HorovodReduceOp = "SUM", group: GroupArg = None) -> object:
-        """As ``DistContext.all_reduce``, plus ``op="ADASUM"`` for floating-point tensors."""
+    def _all_reduce(self, x: object, op: str, group: GroupArg) -> object:
+        # op="ADASUM" (typed by DistContext.all_reduce's overload for this context) for tensors alone
         if op == "ADASUM":
-            return self._adasum(tensor, group)
-        return self._all_reduce(tensor, op, group)
+            return self._adasum(x, group)
+        return super()._all_reduce(x, op, group)
 
     def _group_ranks(self, group: object) -> tuple[int, ...]:
         if isinstance(group, Group):
