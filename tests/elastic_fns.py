@@ -1,8 +1,7 @@
-"""Training functions for the elastic ``spawn``/``Parallel`` tests (importable by name in the ranks).
-
-The loop of ``launch_scripts/elastic_train.py`` as a function: global batches of 12, a checkpoint
-every 2 steps in OUT/ckpt, resumed when present; on the first attempt rank ``crash_rank`` raises at
-``crash_step`` (at every attempt with ``crash_always``). Every rank returns the final parameters.
+"""The training run of every elastic test (importable by name in the ranks; ``launch_scripts/elastic_train.py``
+runs it under ``idist run``): DDP (or FSDP), global batches of 12, a checkpoint every 2 steps in
+OUT/ckpt, resumed when present; on the first attempt rank ``crash_rank`` raises at ``crash_step`` (at
+every attempt with ``crash_always``). Every rank returns the final parameters.
 """
 
 from __future__ import annotations
@@ -28,19 +27,23 @@ def train(
     crash_always: bool = False,
     stall_step: int = -1,
     hold_below: int = 0,
+    stall_below: int = 0,
+    strategy: str = "ddp",
 ) -> dict[str, torch.Tensor]:
     """ignite's form (``Parallel``, ``spawn(backend, ...)``): the context is current around the call.
 
-    Ranks started with IDIST_TEST_VICTIM=1 stall at ``stall_step`` on the first attempt (writing their
-    pid to OUT/stalled-rankN) until the test kills them; a run that starts at step 0 on fewer than
-    ``hold_below`` ranks waits at step 1 for the agent to restart it with a joining node."""
+    Ranks started with IDIST_TEST_VICTIM=1 (on the first attempt), and every rank while the world is
+    smaller than ``stall_below``, stall at ``stall_step`` before its checkpoint (writing their pid to
+    OUT/stalled-rankN) until the test kills them or the agent restarts them for a joining node; a run
+    that starts at step 0 on fewer than ``hold_below`` ranks waits at step 1 for a joining node. Under
+    FSDP (``strategy``) only rank 0 gets the full parameters back; the others get an empty dict."""
     ctx = idist.current()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     g = torch.Generator().manual_seed(3)
     x = torch.randn(N, 5, generator=g)
     data = TensorDataset(x, x @ torch.randn(5, 1, generator=g))
     torch.manual_seed(0)
-    model = ctx.auto_model(nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 1)))
+    model = ctx.auto_model(nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 1)), strategy=strategy)
     opt = ctx.auto_optim(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
     loader = ctx.auto_dataloader(data, batch_size=GLOBAL_BATCH, shuffle=True)
     state: dict[str, object] = {"model": model, "optim": opt, "loader": loader, "step": 0}
@@ -59,9 +62,10 @@ def train(
             nn.functional.mse_loss(model(xb), yb).backward()
             opt.step()
             step += 1
-            if step == stall_step and attempt == 0 and os.environ.get("IDIST_TEST_VICTIM") == "1":
+            victim = attempt == 0 and os.environ.get("IDIST_TEST_VICTIM") == "1"
+            if step == stall_step and (victim or ctx.world_size < stall_below):
                 (Path(out) / f"stalled-rank{ctx.rank}").write_text(str(os.getpid()))
-                time.sleep(600)  # until the test kills this node
+                time.sleep(600)  # until the test kills this node, or the agent restarts for a joining one
             if step == 1 and ctx.world_size < hold_below:
                 time.sleep(600)  # until the agent restarts this attempt for a joining node
             if step % SAVE_EVERY == 0:
@@ -69,7 +73,12 @@ def train(
                 ctx.save_checkpoint(ckpt, state)
             if (attempt == 0 or crash_always) and step == crash_step and ctx.rank == crash_rank:
                 raise RuntimeError(f"injected failure at step {step}")
-    return {k.removeprefix("module."): v.detach().clone() for k, v in model.state_dict().items()}
+    full = model.state_dict()
+    if strategy != "ddp":
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {k.removeprefix("module."): v.detach().clone() for k, v in full.items()}
 
 
 def train_initializing(local_rank: int, out: str, crash_step: int = -1, crash_rank: int = 0) -> dict[str, torch.Tensor]:

@@ -10,47 +10,19 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
+from elastic_checks import attempts, finals, free_port, listening, same_model, stalled
 from launch_util import SCRIPTS, alive, clean_env, run_py, wait_gone
 
 pytestmark = pytest.mark.timeout(240)
 TRAIN = str(SCRIPTS / "elastic_train.py")
 FAST = ["--liveness", "2", "--rdzv-timeout", "60"]
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
-    """The parameters of the uninterrupted run, in one process."""
-    out = tmp_path_factory.mktemp("reference")
-    proc = run_py([TRAIN, str(out)], env=clean_env(TMPDIR=str(out)))
-    assert proc.returncode == 0, proc.stderr
-    return torch.load(out / "final.pt")  # type: ignore[no-any-return]
-
-
-def same_model(out: Path, reference: dict[str, torch.Tensor]) -> None:
-    final = torch.load(out / "final.pt")
-    assert final.keys() == reference.keys()
-    for key, value in reference.items():
-        torch.testing.assert_close(final[key], value, rtol=1e-5, atol=1e-6, msg=key)
-
-
-def attempts(out: Path) -> list[str]:
-    return sorted(p.name for p in out.glob("attempt*"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Agents:
@@ -92,41 +64,15 @@ def agents(tmp_path: Path) -> Iterator[Agents]:
         a.kill_all()
 
 
-def listening(port: int, timeout: float = 60.0) -> None:
-    """Wait until the rendezvous store listens on ``port``: the agent started first hosts it (on one machine
-    either agent could; across machines the one that owns the address does), and a lost host ends the job."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
-
-
-def wait_for(path: Path, n: int, timeout: float = 90.0) -> list[int]:
-    """The pids in ``path``'s first ``n`` stalled-rank files, once all are there."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = sorted(path.glob("stalled-rank*"))
-        if len(found) >= n and all(f.read_text() for f in found):
-            return [int(f.read_text()) for f in found]
-        time.sleep(0.1)
-    raise TimeoutError(f"{n} ranks did not stall within {timeout}s")
-
-
-def test_a_rank_that_raises_once_costs_one_restart_and_the_model_is_the_same(
-    tmp_path: Path, reference: dict[str, torch.Tensor]
-) -> None:
-    """DDP on one node: the same 2 ranks resume from step 6 (FSDP, and another world size: the lost node)."""
+def test_a_rank_that_raises_once_costs_one_restart_and_the_model_is_the_same(tmp_path: Path) -> None:
+    """DDP on one node: the same 2 ranks resume from step 6 (another world size: the lost node)."""
     args = ["-n", "2", "--max-restarts", "1", *FAST, TRAIN, str(tmp_path), "--crash-step", "7", "--crash-rank", "1"]
     proc = run_py(["-m", "idist", "run", *args], env=clean_env(TMPDIR=str(tmp_path)), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "idist: restart 1 of 1: rank 1 (local rank 1 on node 0) exited with status 1" in proc.stderr
     assert "RuntimeError: injected failure at step 7" in proc.stderr
     assert attempts(tmp_path) == ["attempt0-world2-from0", "attempt1-world2-from6"]  # the last checkpoint: step 6
-    same_model(tmp_path, reference)
+    same_model(finals(tmp_path, 1))
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("idist-elastic")]  # its logs are removed
 
 
@@ -140,9 +86,7 @@ def test_a_restart_budget_that_runs_out_exits_non_zero_listing_every_cause(tmp_p
     assert summary.count("injected failure at step 3") == 2 and "2) rank 0" in summary
 
 
-def test_a_lost_node_costs_one_restart_and_the_rest_finish_with_the_same_model(
-    tmp_path: Path, agents: Agents, reference: dict[str, torch.Tensor]
-) -> None:
+def test_a_lost_node_costs_one_restart_and_the_rest_finish_with_the_same_model(tmp_path: Path, agents: Agents) -> None:
     """2 nodes x 2 ranks; node 1 (agent and ranks) is killed at step 6 while node 0's ranks save that step's
     checkpoint: it is never published, and node 0 goes on with 2 ranks from step 4's (saved on 4 ranks).
 
@@ -155,7 +99,7 @@ def test_a_lost_node_costs_one_restart_and_the_rest_finish_with_the_same_model(
     node0 = agents.start([*common, "--max-restarts", "1", *job, "--hold-below", "4"], "node0")
     listening(port)
     node1 = agents.start([*common, *job], "node1", IDIST_TEST_VICTIM="1")
-    ranks = wait_for(tmp_path, 2)
+    ranks = stalled(tmp_path, 2)
     os.killpg(node1.pid, signal.SIGKILL)
     for pid in ranks:  # the node's ranks (torch's agent starts each in its own session)
         os.kill(pid, signal.SIGKILL)
@@ -169,29 +113,26 @@ def test_a_lost_node_costs_one_restart_and_the_rest_finish_with_the_same_model(
         ["attempt0-world4-from0", "attempt1-world2-from4"],
         ["attempt0-world2-from0", "attempt0-world4-from0", "attempt1-world2-from4"],
     )
-    same_model(tmp_path, reference)
+    same_model(finals(tmp_path, 1))
     assert wait_gone(ranks) == [] and not alive(node1.pid)
 
 
-def test_a_node_that_arrives_later_joins_at_the_next_restart(
-    tmp_path: Path, agents: Agents, reference: dict[str, torch.Tensor]
-) -> None:
-    """Node 0 starts alone with --nnodes 1:2; node 1 joins; the job finishes on 4 ranks, no restart spent."""
+def test_a_node_that_arrives_later_joins_at_the_next_restart(tmp_path: Path, agents: Agents) -> None:
+    """Node 0 starts alone with --nnodes 1:2 and stalls at step 3; node 1 joins; the job resumes from step 2's
+    checkpoint and finishes on 2 ranks, no restart spent (1 rank a node: the namespace test joins 2 ranks to 2)."""
     port = free_port()
-    common = ["-n", "2", "--nnodes", "1:2", "--rdzv-endpoint", f"127.0.0.1:{port}", *FAST]
-    node0 = agents.start([*common, TRAIN, str(tmp_path), "--stall-step", "3", "--stall-below", "4"], "node0")
-    wait_for(tmp_path, 2)
+    common = ["-n", "1", "--nnodes", "1:2", "--rdzv-endpoint", f"127.0.0.1:{port}", *FAST]
+    node0 = agents.start([*common, TRAIN, str(tmp_path), "--stall-step", "3", "--stall-below", "2"], "node0")
+    stalled(tmp_path, 1)
     node1 = agents.start([*common, TRAIN, str(tmp_path)], "node1")
     assert node0.wait(timeout=120) == 0, agents.log("node0")
     assert node1.wait(timeout=60) == 0, agents.log("node1")
     assert "a node joins (this does not count as a restart)" in agents.log("node0")
-    assert attempts(tmp_path) == ["attempt0-world2-from0", "attempt0-world4-from2"]  # the restart count stays 0
-    same_model(tmp_path, reference)
+    assert attempts(tmp_path) == ["attempt0-world1-from0", "attempt0-world2-from2"]  # the restart count stays 0
+    same_model(finals(tmp_path, 1))
 
 
-def test_torchrun_restarts_an_idist_script_in_its_agents_store(
-    tmp_path: Path, reference: dict[str, torch.Tensor]
-) -> None:
+def test_torchrun_restarts_an_idist_script_in_its_agents_store(tmp_path: Path) -> None:
     """torchrun's agent keeps its store across restarts: the restarted ranks must not read the first
     attempt's keys (they waited for ever for peers that had left)."""
     args = ["--standalone", "--nproc_per_node", "2", "--max-restarts", "1", "--monitor-interval", "0.2"]
@@ -199,4 +140,4 @@ def test_torchrun_restarts_an_idist_script_in_its_agents_store(
     proc = run_py(["-m", "torch.distributed.run", *args], env=clean_env(TMPDIR=str(tmp_path)), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert attempts(tmp_path) == ["attempt0-world2-from0", "attempt1-world2-from6"]
-    same_model(tmp_path, reference)
+    same_model(finals(tmp_path, 1))

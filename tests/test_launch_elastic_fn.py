@@ -9,60 +9,31 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-import torch
 
 import elastic_fns
 import idist
+from elastic_checks import attempts, finals, free_port, listening, reference, same_model, stalled
 from idist.launch import LaunchConfigError, LaunchError
 from launch_util import SCRIPTS, clean_env
 
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
-    """The parameters of the uninterrupted run, in this process (serial)."""
-    out = tmp_path_factory.mktemp("reference")
-    idist.initialize()
-    try:
-        return elastic_fns.train(0, str(out))
-    finally:
-        idist.finalize()
-
-
-def same_model(results: list[dict[str, torch.Tensor]], reference: dict[str, torch.Tensor]) -> None:
-    for final in results:
-        assert final.keys() == reference.keys()
-        for key, value in reference.items():
-            torch.testing.assert_close(final[key], value, rtol=1e-5, atol=1e-6, msg=key)
-
-
-def attempts(out: Path) -> list[str]:
-    return sorted(p.name for p in out.glob("attempt*"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_parallel_with_max_restarts_restarts_a_crashed_rank_and_returns_the_same_model(
-    tmp_path: Path, reference: dict[str, torch.Tensor], capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    reference()  # computed before the snapshot: it initializes idist in this process
     env = dict(os.environ)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
     with idist.Parallel(backend="gloo", nproc_per_node=2, max_restarts=1) as parallel:
         results = parallel.run(elastic_fns.train, str(tmp_path), 7, 1)
     assert len(results) == 2
-    same_model(results, reference)
+    same_model(results)
     assert attempts(tmp_path) == ["attempt0-world2-from0", "attempt1-world2-from6"]  # the last checkpoint: step 6
     err = capfd.readouterr().err
     assert "idist: restart 1 of 1: rank 1 (local rank 1 on node 0) exited with status 1" in err
@@ -72,9 +43,7 @@ def test_parallel_with_max_restarts_restarts_a_crashed_rank_and_returns_the_same
     assert {s: signal.getsignal(s) for s in handlers} == handlers
 
 
-def test_spawn_with_a_node_range_restarts_and_returns_the_same_model(
-    tmp_path: Path, reference: dict[str, torch.Tensor]
-) -> None:
+def test_spawn_with_a_node_range_restarts_and_returns_the_same_model(tmp_path: Path) -> None:
     """torch.multiprocessing's form, one node of 1..2 at a rendezvous endpoint on loopback."""
     results = idist.spawn(
         elastic_fns.train_initializing,
@@ -85,7 +54,7 @@ def test_spawn_with_a_node_range_restarts_and_returns_the_same_model(
         master_port=free_port(),
         max_restarts=1,
     )
-    same_model(results, reference)
+    same_model(results)
     assert attempts(tmp_path) == ["attempt0-world2-from0", "attempt1-world2-from4"]
 
 
@@ -127,9 +96,7 @@ def test_elastic_options_that_cannot_apply_raise_on_the_call() -> None:
         idist.Parallel("gloo", max_restarts=1)
 
 
-def test_a_lost_node_costs_one_restart_and_the_other_node_returns_the_same_model(
-    tmp_path: Path, reference: dict[str, torch.Tensor]
-) -> None:
+def test_a_lost_node_costs_one_restart_and_the_other_node_returns_the_same_model(tmp_path: Path) -> None:
     """2 nodes x 1 rank, each an ``idist.spawn`` call in its own process; node 1 (its launcher and rank)
     is killed at step 6: node 0 goes on alone from step 4's checkpoint and returns the same model."""
     port = free_port()
@@ -145,8 +112,8 @@ def test_a_lost_node_costs_one_restart_and_the_other_node_returns_the_same_model
             )
             nodes.append(proc)
             if i == 0:
-                wait_listening(port)
-        (victim,) = stalled(tmp_path)
+                listening(port)
+        (victim,) = stalled(tmp_path, 1)
         os.killpg(nodes[1].pid, signal.SIGKILL)
         os.kill(victim, signal.SIGKILL)  # torch's agent starts each rank in a session of its own
         nodes[1].wait()
@@ -161,25 +128,4 @@ def test_a_lost_node_costs_one_restart_and_the_other_node_returns_the_same_model
     log = (tmp_path / "node0.log").read_text()
     assert "idist: restart 1 of 1: rank 0" in log, log
     assert attempts(tmp_path)[-1] == "attempt1-world1-from4", attempts(tmp_path)
-    same_model([torch.load(f) for f in tmp_path.glob("final-*.pt")], reference)
-
-
-def wait_listening(port: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
-
-
-def stalled(path: Path, timeout: float = 90.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = sorted(path.glob("stalled-rank*"))
-        if found and all(f.read_text() for f in found):
-            return [int(f.read_text()) for f in found]
-        time.sleep(0.1)
-    raise TimeoutError(f"no rank stalled within {timeout}s")
+    same_model(finals(tmp_path, 1))

@@ -5,8 +5,9 @@
   on it: node 0 restarts alone, on 2 ranks, from step 4's checkpoint (saved on 4), and ends with
   the parameters of the uninterrupted run;
 - node 0 starts alone (1 of 1..2 nodes), node 1 joins: the job ends on 4 ranks with the same model;
-- one node, one restart: a rank raises once, the job restarts and ends with the same model;
-- a restart budget that runs out: the launcher exits 1 and lists every restart's cause.
+- one node, one restart: a rank raises once, the job restarts and ends with the same model; and at
+  the same time, on the other node, a restart budget that runs out: the launcher exits 1 and lists
+  every restart's cause.
 """
 
 from __future__ import annotations
@@ -16,24 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from netns_harness import NodeNet, clean_env
 
-import elastic_fns
-import idist
+from elastic_checks import attempts, finals, same_model, stalled
 
 TESTS = Path(__file__).resolve().parents[1]
 PORT = 29500
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
-    out = tmp_path_factory.mktemp("reference")
-    idist.initialize()
-    try:
-        return elastic_fns.train(0, str(out))
-    finally:
-        idist.finalize()
 
 
 def command(
@@ -52,19 +41,10 @@ def command(
     return [py, script, str(out), endpoint, "2", str(restarts), "6", str(hold), "--nnodes", nnodes, *crashes]
 
 
-def stalled(out: Path, n: int, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if len(list(out.glob("stalled-rank*"))) >= n:
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"{n} ranks did not stall within {timeout}s")
-
-
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("launcher", ["idist-run", "spawn"])
 def test_a_killed_node_costs_one_restart_and_the_other_ends_with_the_same_model(
-    nodes: NodeNet, tmp_path: Path, launcher: str, reference: dict[str, torch.Tensor]
+    nodes: NodeNet, tmp_path: Path, launcher: str
 ) -> None:
     out = tmp_path / "out"
     out.mkdir()
@@ -77,16 +57,16 @@ def test_a_killed_node_costs_one_restart_and_the_other_ends_with_the_same_model(
     assert node1.wait(10) is not None
     assert node0.wait(120) == 0, node0.output
     assert "idist: restart 1 of 1: rank" in node0.output, node0.output
-    runs = sorted(p.name for p in out.glob("attempt*"))
+    runs = attempts(out)
     assert runs[-1] == "attempt1-world2-from4", runs  # node 0 alone, from the last checkpoint saved on 4 ranks
-    same_model(out, reference, 1)
+    same_model(finals(out, 1))
     assert nodes.wait_empty(0, 10) == []
 
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("launcher", ["idist-run", "spawn"])
 def test_a_node_that_arrives_later_joins_and_the_job_ends_on_4_ranks_with_the_same_model(
-    nodes: NodeNet, tmp_path: Path, launcher: str, reference: dict[str, torch.Tensor]
+    nodes: NodeNet, tmp_path: Path, launcher: str
 ) -> None:
     """Node 0 starts alone (1 of 1..2 nodes) and waits at step 1; node 1 joins: the agents restart the
     ranks for it, which costs no restart, and the job ends on 4 ranks."""
@@ -102,56 +82,44 @@ def test_a_node_that_arrives_later_joins_and_the_job_ends_on_4_ranks_with_the_sa
     assert node0.wait(120) == 0, node0.output
     assert node1.wait(60) == 0, node1.output
     assert "a node joins (this does not count as a restart)" in node0.output, node0.output
-    assert sorted(p.name for p in out.glob("attempt*")) == ["attempt0-world2-from0", "attempt0-world4-from0"]
-    same_model(out, reference, 1 if launcher == "idist-run" else 2)
+    assert attempts(out) == ["attempt0-world2-from0", "attempt0-world4-from0"]
+    same_model(finals(out, 1 if launcher == "idist-run" else 2))
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("launcher", ["idist-run", "spawn"])
-def test_a_rank_that_raises_once_costs_one_restart_and_the_node_ends_with_the_same_model(
-    nodes: NodeNet, tmp_path: Path, launcher: str, reference: dict[str, torch.Tensor]
-) -> None:
-    """One node (``--nnodes 1``, the rendezvous at its eth0 address), ``--max-restarts 1``: rank 1 raises at
-    step 7; the same 2 ranks resume from step 6's checkpoint."""
-    out = tmp_path / "out"
-    out.mkdir()
-    cmd = command(launcher, out, f"{nodes.nodes[0].addr}:{PORT}", 1, nnodes="1", hold=0, crash="7 1")
-    node0 = nodes.start(0, cmd, clean_env(PYTHONPATH=str(TESTS), PYTHONUNBUFFERED="1"), name="node0")
-    assert node0.wait(100) == 0, node0.output
-    assert "idist: restart 1 of 1: rank 1 (local rank 1 on node 0) exited with status 1" in node0.output
-    assert "injected failure at step 7" in node0.output, node0.output
-    assert sorted(p.name for p in out.glob("attempt*")) == ["attempt0-world2-from0", "attempt1-world2-from6"]
-    same_model(out, reference, 1)
-    assert nodes.wait_empty(0, 10) == []
-
-
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("launcher", ["idist-run", "spawn"])
-def test_a_restart_budget_that_runs_out_exits_non_zero_listing_every_cause(
+def test_one_node_jobs_a_rank_that_raises_once_costs_one_restart_and_a_spent_budget_exits_1(
     nodes: NodeNet, tmp_path: Path, launcher: str
 ) -> None:
-    """Rank 1 raises at step 3 on every attempt: the one restart is spent, the launcher exits 1 and its last
-    word lists both failures, each with its rank and its error."""
-    out = tmp_path / "out"
-    out.mkdir()
-    cmd = command(launcher, out, f"{nodes.nodes[0].addr}:{PORT}", 1, nnodes="1", hold=0, crash="3 1 always")
-    node0 = nodes.start(0, cmd, clean_env(PYTHONPATH=str(TESTS), PYTHONUNBUFFERED="1"), name="node0")
-    assert node0.wait(100) == 1, node0.output
+    """Two one-node jobs at once, one a node (``--nnodes 1``, the rendezvous at that node's eth0 address,
+    ``--max-restarts 1``), so that their waits overlap:
+
+    - on node 0, rank 1 raises at step 7: the same 2 ranks resume from step 6's checkpoint and the job ends
+      with the uninterrupted run's model;
+    - on node 1, rank 1 raises at step 3 on every attempt: the one restart is spent, the launcher exits 1
+      and its last word lists both failures, each with its rank and its error.
+    """
+    env = clean_env(PYTHONPATH=str(TESTS), PYTHONUNBUFFERED="1")
+    once, spent = tmp_path / "once", tmp_path / "spent"
+    jobs = []
+    for i, (out, crash) in enumerate(((once, "7 1"), (spent, "3 1 always"))):
+        out.mkdir()
+        cmd = command(launcher, out, f"{nodes.nodes[i].addr}:{PORT}", 1, nnodes="1", hold=0, crash=crash)
+        jobs.append(nodes.start(i, cmd, env, name=out.name))
+    node0, node1 = jobs
     cause = "rank 1 (local rank 1 on node 0) exited with status 1"
+
+    assert node0.wait(200) == 0, node0.output
     assert f"idist: restart 1 of 1: {cause}" in node0.output, node0.output
-    (summary,) = [line for line in node0.output.splitlines() if line.startswith("idist: the job failed")]
+    assert "injected failure at step 7" in node0.output, node0.output
+    assert attempts(once) == ["attempt0-world2-from0", "attempt1-world2-from6"]
+    same_model(finals(once, 1))
+
+    assert node1.wait(200) == 1, node1.output
+    assert f"idist: restart 1 of 1: {cause}" in node1.output, node1.output
+    (summary,) = [line for line in node1.output.splitlines() if line.startswith("idist: the job failed")]
     assert summary.startswith(f"idist: the job failed after 1 of 1 restarts; each failure: 1) {cause}"), summary
     assert f"; 2) {cause}" in summary and summary.count("injected failure at step 3") == 2, summary
-    assert sorted(p.name for p in out.glob("attempt*")) == ["attempt0-world2-from0", "attempt1-world2-from2"]
-    assert not list(out.glob("final*.pt"))
-    assert nodes.wait_empty(0, 10) == []
-
-
-def same_model(out: Path, reference: dict[str, torch.Tensor], files: int) -> None:
-    """Each final parameters file (idist run's rank 0; each spawn call's local rank 0) is the reference."""
-    finals = sorted(out.glob("final*.pt"))
-    assert len(finals) == files, finals
-    for path in finals:
-        final = torch.load(path)
-        for key, value in reference.items():
-            torch.testing.assert_close(final[key], value, rtol=1e-5, atol=1e-6, msg=f"{path.name}: {key}")
+    assert attempts(spent) == ["attempt0-world2-from0", "attempt1-world2-from2"]
+    assert not list(spent.glob("final*.pt"))
+    assert nodes.wait_empty(0, 10) == [] and nodes.wait_empty(1, 10) == []
