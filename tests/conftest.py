@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 # import alone). In-process tests (serial, simulated thread ranks, environment parsing)
 # stay in the quick tier, `bash scripts/test.sh --quick` (-m "not slow"). Measured with
 # `pytest --durations=0`: the modules below take 2-115 s each, the rest 0-6 s in all.
-# A new module or test that starts processes belongs in one of these lists.
+# A new module or test that starts processes, or waits out seconds, belongs in one of these lists.
 SLOW_MODULES = {
     "test_bad_input_gloo.py",
     "test_checkpoint_gloo.py",
@@ -72,6 +72,13 @@ SLOW_TESTS = (
     "test_liveness.py::test_liveness_zero_turns_it_off",
     "test_liveness.py::test_a_rank_blocked_in_torchs_own_collective_ends_when_a_peer_is_lost",
     "test_suite_harness.py::test_ranks_see_the_callers_environment_and_folder_at_the_call",
+    # no processes, but real stores and liveness limits waited out (3-20 s each)
+    "test_scale.py::test_steady_state_costs",
+    "test_scale.py::test_a_lost_node_a_lost_rank",
+    "test_scale.py::test_a_store_that_stops_answering",
+    "test_scale.py::test_join_costs",
+    "test_scale.py::test_a_failure_diagnosis_costs",
+    "test_scale.py::test_agreeing_on_a_failure_costs",
 )
 
 # The `timed` marker: tests that assert a bound in seconds (a failure within a limit, a limit
