@@ -47,26 +47,22 @@ def _check_world(reports: list[dict[str, Any]], launcher: str) -> None:
 
 
 # ------------------------------------------------------------------ torchrun
-def test_parallel_initializes_in_place_under_torchrun(tmp_path: Path) -> None:
+def test_parallel_refuses_a_process_count_under_torchrun_then_initializes_in_place(tmp_path: Path) -> None:
     # TMPDIR: torchrun leaves a torchelastic_* log directory in the temporary directory
     env = clean_env(TMPDIR=str(tmp_path))
-    proc = _run([PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", PARALLEL], env=env)
+    proc = _run(
+        [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", PARALLEL, "--ask-for-procs", "2"],
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
-    reports = _json_lines(proc.stdout)
+    lines = _json_lines(proc.stdout)
+    refusals = [r for r in lines if "refused" in r]
+    assert len(refusals) == 2 and all("started by torchrun" in r["refused"] for r in refusals), lines
+    reports = [r for r in lines if "refused" not in r]
     _check_world(reports, "torchrun")
     for r in reports:
         assert r["type"] == "NativeContext" and r["tag"] == "in-place" and r["sum"] == 30
         assert r["local_rank_arg"] == r["local_rank"] and r["after_exit"] == "SerialContext"
-
-
-def test_parallel_refuses_a_process_count_under_torchrun(tmp_path: Path) -> None:
-    proc = _run(
-        [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", PARALLEL, "--ask-for-procs", "2"],
-        env=clean_env(TMPDIR=str(tmp_path)),
-    )
-    assert proc.returncode == 0, proc.stderr
-    refusals = _json_lines(proc.stdout)
-    assert len(refusals) == 2 and all("started by torchrun" in r["refused"] for r in refusals)
 
 
 # -------------------------------------------------------------------- mpirun

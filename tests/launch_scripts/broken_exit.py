@@ -2,6 +2,7 @@
 error uncaught (exit status 1 and a traceback), or caught and a normal exit (status 0).
 
     python broken_exit.py CASE MODE              ranks from the launcher's variables
+    python broken_exit.py all caught             every case in turn, each on its own context
     python broken_exit.py CASE MODE spawn        idist.spawn of 2 ranks (prints their exit codes)
     python broken_exit.py CASE MODE parallel     idist.Parallel of 2 ranks
 
@@ -10,10 +11,13 @@ Every rank prints ``RANK r: <error class>`` once its collective failed. Run by t
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 
 import torch
+from torch.distributed import PrefixStore, TCPStore
 
 import idist
 
@@ -49,13 +53,29 @@ def rank_main(local_rank: int, case: str, mode: str) -> None:
     body(ctx, case, mode)
 
 
+def every_case(mode: str) -> None:
+    """Each case on a context of its own over one store (a prefix each): all but the last closed
+    with their group broken, the last left open for the interpreter's exit, like ``rank_main``'s."""
+    rank = int(os.environ["RANK"])
+    server = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), 2, rank == 0,
+                      timeout=timedelta(seconds=60), wait_for_workers=False)  # fmt: skip
+    for i, case in enumerate(CASES):
+        ctx = idist.initialize("gloo", rank=rank, world_size=2, store=PrefixStore(case, server), checked=False,
+                               timeout=60)  # fmt: skip
+        body(ctx, case, mode)
+        if i < len(CASES) - 1:
+            idist.finalize()
+
+
 def parallel_main(local_rank: int, case: str, mode: str) -> None:
     body(idist.current(), case, mode)
 
 
 def main() -> None:
     case, mode, launcher = [*sys.argv[1:], "env"][:3]
-    if launcher == "env":
+    if case == "all":
+        every_case(mode)
+    elif launcher == "env":
         rank_main(0, case, mode)
     elif launcher == "spawn":
         handle = idist.spawn(rank_main, args=(case, mode), nprocs=2, join=False)
