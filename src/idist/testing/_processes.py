@@ -29,6 +29,7 @@ from ._errors import RankFailedError, WorldTimeoutError, describe
 from ._jobs import BREAK, BaseWorld, RemoteError, dumps, pack, serve_and_exit
 from ._outcomes import Outcomes
 
+#: the generic parameters of a run (``fn``'s result and arguments); the thread runner uses them too
 R = TypeVar("R")
 Ts = TypeVarTuple("Ts")
 

@@ -21,10 +21,10 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar, final
+from typing import final
 
 from torch._C._distributed_c10d import HashStore, PrefixStore
-from typing_extensions import TypeVarTuple, Unpack
+from typing_extensions import Unpack
 
 from .. import _stack
 from .._backends.native import NativeContext
@@ -33,13 +33,10 @@ from . import _inherit
 from ._args import per_rank
 from ._jobs import BaseWorld
 from ._outcomes import Outcomes
-from ._processes import LONGEST
+from ._processes import LONGEST, R, Ts
 from ._rank import Rank, Report, abandon
 from ._state import ProcessState
 from ._transport import Hub
-
-R = TypeVar("R")
-Ts = TypeVarTuple("Ts")
 
 #: seconds; a run (one call of ``fn`` on every rank) that takes longer fails
 DEFAULT_TIMEOUT = 60.0
