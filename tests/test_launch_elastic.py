@@ -116,11 +116,14 @@ def wait_for(path: Path, n: int, timeout: float = 90.0) -> list[int]:
     raise TimeoutError(f"{n} ranks did not stall within {timeout}s")
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_a_rank_that_raises_once_costs_one_restart_and_the_model_is_the_same(
-    tmp_path: Path, reference: dict[str, torch.Tensor]
+    tmp_path: Path, reference: dict[str, torch.Tensor], strategy: str
 ) -> None:
-    """DDP on one node: the same 2 ranks resume from step 6 (FSDP, and another world size: the lost node)."""
-    args = ["-n", "2", "--max-restarts", "1", *FAST, TRAIN, str(tmp_path), "--crash-step", "7", "--crash-rank", "1"]
+    """One node: the same 2 ranks resume from step 6 (another world size: the lost node). Exactly one
+    restart: an FSDP rank that aborted at exit would spend the budget, and the job would fail."""
+    args = ["-n", "2", "--max-restarts", "1", *FAST, TRAIN, str(tmp_path), "--strategy", strategy]
+    args += ["--crash-step", "7", "--crash-rank", "1"]
     proc = run_py(["-m", "idist", "run", *args], env=clean_env(TMPDIR=str(tmp_path)), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "idist: restart 1 of 1: rank 1 (local rank 1 on node 0) exited with status 1" in proc.stderr
@@ -140,18 +143,18 @@ def test_a_restart_budget_that_runs_out_exits_non_zero_listing_every_cause(tmp_p
     assert summary.count("injected failure at step 3") == 2 and "2) rank 0" in summary
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_a_lost_node_costs_one_restart_and_the_rest_finish_with_the_same_model(
-    tmp_path: Path, agents: Agents, reference: dict[str, torch.Tensor]
+    tmp_path: Path, agents: Agents, reference: dict[str, torch.Tensor], strategy: str
 ) -> None:
     """2 nodes x 2 ranks; node 1 (agent and ranks) is killed at step 6 while node 0's ranks save that step's
-    checkpoint: it is never published, and node 0 goes on with 2 ranks from step 4's (saved on 4 ranks).
-
-    DDP, not FSDP: FSDP ranks on gloo abort at exit now and then ("terminate called without an active
-    exception", about 1 run in 5 here, with or without elastic), which would cost a restart of its own.
+    checkpoint: it is never published, and node 0 goes on with 2 ranks from step 4's (saved on 4 ranks;
+    under FSDP, resharded from 4 shards to 2). One restart only: an FSDP rank that aborted at exit
+    ("terminate called without an active exception") would need a second.
     """
     port = free_port()
     common = ["-n", "2", "--nnodes", "1:2", "--master-addr", "127.0.0.1", "--master-port", str(port), *FAST]
-    job = [TRAIN, str(tmp_path), "--stall-step", "6"]
+    job = [TRAIN, str(tmp_path), "--strategy", strategy, "--stall-step", "6"]
     node0 = agents.start([*common, "--max-restarts", "1", *job, "--hold-below", "4"], "node0")
     listening(port)
     node1 = agents.start([*common, *job], "node1", IDIST_TEST_VICTIM="1")
