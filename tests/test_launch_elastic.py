@@ -121,8 +121,13 @@ def test_a_rank_that_raises_once_costs_one_restart_and_the_model_is_the_same(
     tmp_path: Path, reference: dict[str, torch.Tensor], strategy: str
 ) -> None:
     """One node: the same 2 ranks resume from step 6 (another world size: the lost node). Exactly one
-    restart: an FSDP rank that aborted at exit would spend the budget, and the job would fail."""
-    args = ["-n", "2", "--max-restarts", "1", *FAST, TRAIN, str(tmp_path), "--strategy", strategy]
+    restart: an FSDP rank that aborted at exit would spend the budget, and the job would fail.
+
+    A liveness limit of 10 s, which costs nothing here (the agent stops rank 0 once rank 1 has exited):
+    with 2 s, rank 0 gave up on rank 1 while it still tore its interpreter down (over 2 s for an FSDP
+    rank on a loaded machine), and the agent then named rank 1 as killed by its own SIGTERM."""
+    args = ["-n", "2", "--max-restarts", "1", "--liveness", "10", "--rdzv-timeout", "60", TRAIN, str(tmp_path)]
+    args += ["--strategy", strategy]
     args += ["--crash-step", "7", "--crash-rank", "1"]
     proc = run_py(["-m", "idist", "run", *args], env=clean_env(TMPDIR=str(tmp_path)), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
