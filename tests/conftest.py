@@ -49,6 +49,7 @@ SLOW_TESTS = (
     "test_launch_elastic_fn.py::test_a_restart_budget",
     "test_launch_elastic_fn.py::test_a_lost_node",
     "test_exit.py::test_a_script_that_never_finalizes_exits_cleanly",
+    "test_exit.py::test_gloo_workers_let_go_of_python_objects_before_the_interpreter_finalizes",
     "test_optional_backends.py::test_importing_idist_and_the_backend_never_imports_the_package",
     "test_launch_driven.py::test_spawned_native_ranks_drop_an_enclosing_xla_launchers_variables",
     "test_launch_driven.py::test_initialize_in_a_fresh_interpreter_stays_serial_without_a_launcher",

@@ -17,6 +17,8 @@ import weakref
 import attrs
 import torch
 
+from . import _workers
+
 #: how long closing (or exiting) waits for worker threads to drop finished work
 DRAIN_SECONDS = 5.0
 #: how long it waits for the tensors of collectives that failed: their work is either
@@ -96,3 +98,6 @@ _LIVE: weakref.WeakSet[InFlight] = weakref.WeakSet()
 def _drain_all() -> None:
     for inflight in list(_LIVE):
         inflight.drain()
+    # tensors let go is not the end: the worker destroys the work's thread-local state next,
+    # which may hold Python objects (a backward's context, saved-tensor hooks)
+    _workers.settle()
