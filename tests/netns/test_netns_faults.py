@@ -27,6 +27,10 @@ TYPED = ("CollectiveTimeoutError", "PeerLostError")
 NEVER_JOINS = 5
 
 
+#: seconds for a killed node's peers to end (its sockets are reset: no limit is waited out)
+KILLED_BOUND = 25.0
+
+
 def _looping(nodes: NodeNet, tmp_path: Path, *args: str, tag: str = "", port: int = PORT) -> Job:
     job = start_job(nodes, "spawn", tmp_path / "out", port, ["--work", "loop", *args], tag=tag)
     job.wait_beats(4, START)
@@ -41,7 +45,9 @@ def _check_killed(nodes: NodeNet, job: Job, lost: int, first: int = 0) -> None:
     nodes.kill_node(first + lost)
     t0 = time.monotonic()
     alive = 1 - lost
-    _check_node_failed(job, alive, {2 * lost, 2 * lost + 1}, t0, 10.0)
+    # within seconds, not the liveness limit: 3.7-7.4 s measured under load, so 25 s keeps the 3x
+    # margin a bound needs (10 s was passed once by a spawn launcher on a quiet machine)
+    _check_node_failed(job, alive, {2 * lost, 2 * lost + 1}, t0, KILLED_BOUND)
     assert nodes.wait_empty(first + alive, 5) == [], nodes.describe(nodes.pids(first + alive))
 
 
