@@ -22,7 +22,7 @@ from multiprocessing.connection import Connection
 
 import attrs
 
-from .. import _stack
+from .. import _environ, _stack
 from . import _sessions
 
 #: How often a rank checks that its parent is still alive (a backstop to PR_SET_PDEATHSIG).
@@ -128,11 +128,7 @@ def _call(spec: ChildSpec, failed_at: list[float]) -> object:
 def child_main(spec: ChildSpec, conn: Connection) -> None:
     """The target of every spawned rank process."""
     _isolate(spec)
-    for name, value in spec.env.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    _environ.apply(spec.env)
     code = 0
     failed_at: list[float] = []
     try:

@@ -11,7 +11,6 @@ output prefixed with ``[rankN]:``, and one line per restart with its cause.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import signal
 import sys
@@ -21,6 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import attrs
 
+from .. import _environ
 from .._errors import LaunchConfigError
 from ._plan import MAX_WORLD_SIZE
 from ._procs import INHERITED_RANK_VARS
@@ -105,18 +105,14 @@ def agent_scope(extra_env: Mapping[str, str], launcher: str) -> Iterator[str]:
     """The agent's surroundings in this process, all given back after: a folder for the ranks' logs
     (yielded), this environment less an enclosing launcher's rank variables (the agent starts the
     ranks with it), and the signal handlers that torch's agent replaces with its own."""
-    saved = dict(os.environ)
     main = threading.current_thread() is threading.main_thread()
     handlers = {s: signal.getsignal(s) for s in _AGENT_SIGNALS} if main else {}
     logs = tempfile.mkdtemp(prefix="idist-elastic-")
     try:
-        for key in INHERITED_RANK_VARS:
-            os.environ.pop(key, None)
-        os.environ.update(extra_env, IDIST_LAUNCHER=launcher)
-        yield logs
+        with _environ.kept():
+            _environ.apply({**dict.fromkeys(INHERITED_RANK_VARS), **extra_env, "IDIST_LAUNCHER": launcher})
+            yield logs
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         shutil.rmtree(logs, ignore_errors=True)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
+from ... import _environ
 from ..._core import ContextState
 from ..._errors import AlreadyInitializedError, BackendUnavailableError
 from ..._topology import Topology
@@ -19,21 +18,6 @@ if TYPE_CHECKING:
     from ._context import HorovodContext
 
 C = TypeVar("C", bound="HorovodContext")
-
-
-@contextmanager
-def _env_set(values: dict[str, str]) -> Iterator[None]:
-    """Set variables for the block only (hvd.init reads them once, at init)."""
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _build(cls: type[C], owns_init: bool, launcher: str) -> C:
@@ -93,7 +77,7 @@ def create(cls: type[C], name: str, *, timeout: float | None = None, **unknown: 
     env = {"HOROVOD_DYNAMIC_PROCESS_SETS": "1"}
     if timeout is not None:
         env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, round(float(timeout))))
-    with _env_set(env):
+    with _environ.changed(env):
         hvd.init()
     launcher = "horovodrun" if "HOROVOD_RANK" in os.environ else "none"
     try:

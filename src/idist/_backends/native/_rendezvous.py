@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import attrs
 from torch._C._distributed_c10d import Store, TCPStore
 
-from ... import _netif
+from ... import _environ, _netif
 from ..._errors import LaunchEnvironmentError, RendezvousTimeoutError
 from ..._launch_env import LaunchInfo
 from ._keys import join_prefix
@@ -124,9 +124,5 @@ def gloo_interface(bind: _netif.Bind) -> Iterator[None]:
     if bind.interface is None or _netif.GLOO_IFNAME_VAR in os.environ:
         yield
         return
-    with _ENV_LOCK:
-        os.environ[_netif.GLOO_IFNAME_VAR] = bind.interface
-        try:
-            yield
-        finally:
-            os.environ.pop(_netif.GLOO_IFNAME_VAR, None)
+    with _ENV_LOCK, _environ.changed({_netif.GLOO_IFNAME_VAR: bind.interface}):
+        yield
