@@ -94,6 +94,18 @@ def test_a_restart_budget_that_runs_out_exits_non_zero_listing_every_cause(tmp_p
     assert summary.count("injected failure at step 3") == 2 and "2) rank 0" in summary
 
 
+def test_a_rank_that_raised_is_named_with_its_own_exit_even_when_a_peer_is_out_first(tmp_path: Path) -> None:
+    """Rank 1 raises but exits slowly; rank 0, ending on the lost peer, is out first. The agent lets rank 1
+    finish exiting instead of stopping it with SIGTERM: the cause is its own status and error, and the
+    job's exit status 1, not 143."""
+    args = ["-n", "2", "--max-restarts", "1", *FAST, str(SCRIPTS / "slow_exit.py")]
+    proc = run_py(["-m", "idist", "run", *args], env=clean_env(TMPDIR=str(tmp_path)), cwd=tmp_path)
+    cause = "rank 1 (local rank 1 on node 0) exited with status 1 (and 1 more rank of this node): RuntimeError: rank 1"
+    assert f"idist: restart 1 of 1: {cause}" in proc.stderr, proc.stderr
+    assert proc.returncode == 1, proc.stderr
+    assert "SIGTERM" not in proc.stderr
+
+
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_a_lost_node_costs_one_restart_and_the_rest_finish_with_the_same_model(
     tmp_path: Path, agents: Agents, strategy: str

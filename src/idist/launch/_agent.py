@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
     from ._elastic import ElasticPlan
 
 _FAILED = (WorkerState.FAILED, WorkerState.UNHEALTHY)
+#: seconds the ranks still running may take to exit by themselves, when every rank out so far ended
+#: only because it lost a peer (the cause is still exiting), before torch's agent stops them
+SETTLE = 5.0
+_SETTLE_POLL = 0.05
 
 
 def _say(line: str) -> None:
@@ -44,6 +49,18 @@ def _last_line(path: object) -> str:
     except OSError:
         return ""
     return lines[-1][:500] if lines else ""
+
+
+def _exit_status(pid: int) -> int | None:
+    """A child's exit status (negative: the signal) without reaping it (torch's agent reaps it
+    later); None while it runs, 0 once reaped (torch's agent reaps only the ranks that succeeded)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return 0
+    if info is None or info.si_pid == 0:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
 def _recorded(failure: ProcessFailure) -> str:
@@ -88,7 +105,24 @@ class _Agent(LocalElasticAgent):
             f": {said}" if said else ""
         )
 
+    def _settle(self) -> None:
+        """Let the ranks that fail together exit by themselves before torch's agent stops the rest:
+        when every rank out so far failed only because it lost a peer, the rank that caused it
+        may still be exiting (a process's exit can take seconds under load). Stopped with SIGTERM, it
+        would be named "killed by SIGTERM" and the job would exit 143 instead of with its status."""
+        ctx = self._pcontext
+        deadline = time.monotonic() + SETTLE
+        while ctx is not None and time.monotonic() < deadline:
+            status = {lr: _exit_status(pid) for lr, pid in ctx.pids().items()}
+            failed = [lr for lr, code in status.items() if code]
+            if None not in status.values() or not failed:
+                return
+            if any(PeerLostError.__name__ not in _last_line(ctx.stderrs.get(lr)) for lr in failed):
+                return
+            time.sleep(_SETTLE_POLL)
+
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        self._settle()
         result: RunResult = super()._monitor_workers(worker_group)
         self._healthy = result.state == WorkerState.HEALTHY
         if result.state in _FAILED and result.failures:
