@@ -76,7 +76,12 @@ class NativeComm:
         if marks is not None:
             marks.write(step.seq, None if what is None else self.calling or what, self.key, self.ranks)
 
-    def _wait(self, work: Callable[[], Work | tuple[Work, Work]], what: str, *tensors: torch.Tensor) -> None:
+    def _call(
+        self, what: str, tensors: tuple[torch.Tensor, ...], start: Callable[..., Work | tuple[Work, Work]], *args: Any
+    ) -> None:
+        """Run ``start(*args)`` (one work, or two started together) and wait for it, holding
+        ``tensors`` while the backend may use them; a failure raises what ``_failed`` decides.
+        The one-tensor calls pass the group's method and its arguments, not a closure (the hot path)."""
         self._mark(what)
         inflight = self.inflight
         counts = inflight.before(tensors)
@@ -86,7 +91,11 @@ class NativeComm:
         done = False
         self.busy += 1
         try:
-            lost = self._finish_all(work())
+            started = start(*args)
+            if self.slice is None and not isinstance(started, tuple):
+                started.wait()
+            else:
+                lost = self._finish_all(started)
             done = lost is None
         except RuntimeError as exc:
             failure = exc
@@ -94,33 +103,7 @@ class NativeComm:
             inflight.after(tensors, counts, not done)
             self.busy -= 1
         if not done:
-            del work  # it reaches the group, whose connections the failure closes
-            raise self._failed(what, failure, lost, began) from failure
-        self._mark(None)
-
-    def _run(self, start: Callable[[list[torch.Tensor], Any], Work], t: torch.Tensor, opts: object, what: str) -> None:
-        """``_wait`` for the one-tensor calls, without its closures (the hot path)."""
-        self._mark(what)
-        inflight = self.inflight
-        count = inflight.before_one(t)
-        began = time.monotonic()
-        lost: Lost | None = None
-        failure: RuntimeError | None = None
-        done = False
-        self.busy += 1
-        try:
-            if self.slice is None:
-                start([t], opts).wait()
-            else:
-                lost = self._finish(start([t], opts))
-            done = lost is None
-        except RuntimeError as exc:
-            failure = exc
-        finally:
-            inflight.held.append((t, count, not done))
-            self.busy -= 1
-        if not done:
-            del start  # a bound method of the group, whose connections the failure closes
+            del start, args  # they reach the group, whose connections the failure closes
             raise self._failed(what, failure, lost, began) from failure
         self._mark(None)
 
@@ -204,10 +187,10 @@ class NativeComm:
         sections = self.guard.sections
         opts = gather_options(sections[-1]) if sections else GATHER
         if self.flat:
-            self._wait(lambda: self.pg._allgather_base(out, buf, opts), "all_gather", out, buf)
+            self._call("all_gather", (out, buf), self.pg._allgather_base, out, buf, opts)
         else:
             chunks = out.chunk(n)
-            self._wait(lambda: self.pg.allgather([list(chunks)], [buf], opts), "all_gather", buf, *chunks)
+            self._call("all_gather", (buf, *chunks), self.pg.allgather, [list(chunks)], [buf], opts)
         return out if self.stage is None else out.cpu()
 
     def broadcast_bytes(self, buf: torch.Tensor, src: int) -> None:
@@ -226,17 +209,18 @@ class NativeComm:
         cannot be sent as it is), a receiver's is written as ``_inplace`` writes."""
         opts = self._broadcast_options(src)
         if self._direct(t):
-            self._run(self.pg.broadcast, t, opts, "broadcast")
+            self._call("broadcast", (t,), self.pg.broadcast, [t], opts)
             return
         work = self._stage(t)
-        self._run(self.pg.broadcast, work, opts, "broadcast")
+        self._call("broadcast", (work,), self.pg.broadcast, [work], opts)
         if src != self.group_rank:
             write(t, work)
 
     def broadcast_pair(self, head: torch.Tensor, data: torch.Tensor, src: int) -> None:
         """Both broadcasts start before either is waited for: the data does not wait for the header."""
         opts = self._broadcast_options(src)
-        self._wait(lambda: (self.pg.broadcast([head], opts), self.pg.broadcast([data], opts)), "broadcast", head, data)
+        pg = self.pg
+        self._call("broadcast", (head, data), lambda: (pg.broadcast([head], opts), pg.broadcast([data], opts)))
 
     def allreduce(self, t: torch.Tensor, op: str, divisor: int = 0) -> None:
         """In place; with ``divisor``, the result divided by it (AVERAGE as SUM): a staged tensor
@@ -245,12 +229,12 @@ class NativeComm:
         opts = reduce_options(op, sections[-1]) if sections else REDUCE_OPTIONS[op]
         # _direct, inlined: the hot path
         if self.stage is None and t.is_contiguous() and not (t.is_conj() or t.is_neg()):
-            self._run(self.pg.allreduce, t, opts, "all_reduce")
+            self._call("all_reduce", (t,), self.pg.allreduce, [t], opts)
             if divisor > 1:  # x / 1 is x, but would quiet a signalling NaN that serial keeps
                 divide(t, divisor)
             return
         work = self._stage(t)
-        self._run(self.pg.allreduce, work, opts, "all_reduce")
+        self._call("all_reduce", (work,), self.pg.allreduce, [work], opts)
         if divisor > 1:
             work.div_(divisor)
         write(t, work)
@@ -260,7 +244,7 @@ class NativeComm:
         timeout = self._timeout()
         if timeout is not None:
             opts.timeout = timeout
-        self._wait(lambda: self.pg.barrier(opts), "barrier")
+        self._call("barrier", (), self.pg.barrier, opts)
 
     def _direct(self, t: torch.Tensor) -> bool:
         """Whether the backend can use ``t`` as it is: on this comm's device, contiguous, plain."""

@@ -42,12 +42,6 @@ class InFlight:
             self.release()
         return [_count(t) for t in tensors]
 
-    def before_one(self, t: torch.Tensor) -> int:
-        """``before`` for one tensor (the hot path of small collectives)."""
-        if self.held:
-            self.release()
-        return _count(t)
-
     def after(self, tensors: tuple[torch.Tensor, ...], counts: list[int], failed: bool = False) -> None:
         self.held.extend((t, n, failed) for t, n in zip(tensors, counts, strict=True))
 
