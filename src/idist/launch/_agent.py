@@ -51,6 +51,12 @@ def _last_line(path: object) -> str:
     return lines[-1][:500] if lines else ""
 
 
+def _lost_peer(said: str) -> bool:
+    """Whether a rank's last word says it ended only because a peer was lost: a consequence of
+    another rank's failure, never the cause to report."""
+    return PeerLostError.__name__ in said
+
+
 def _exit_status(pid: int) -> int | None:
     """A child's exit status (negative: the signal) without reaping it (torch's agent reaps it
     later); None while it runs, 0 once reaped (torch's agent reaps only the ranks that succeeded)."""
@@ -91,9 +97,7 @@ class _Agent(LocalElasticAgent):
         # can take longer to exit than its peers' liveness limit (seen across namespaces), and a script's
         # failures seen in one look carry the same timestamp (the time of the look).
         told = {r: self._said(f) for r, f in result.failures.items()}
-        rank, failure = min(
-            result.failures.items(), key=lambda kv: (PeerLostError.__name__ in told[kv[0]], kv[1].timestamp)
-        )
+        rank, failure = min(result.failures.items(), key=lambda kv: (_lost_peer(told[kv[0]]), kv[1].timestamp))
         code = failure.exitcode
         how = f"killed by {failure.signal_name()}" if code < 0 else f"exited with status {code}"
         self.exitcode = 128 - code if code < 0 else (code or 1)
@@ -117,7 +121,7 @@ class _Agent(LocalElasticAgent):
             failed = [lr for lr, code in status.items() if code]
             if None not in status.values() or not failed:
                 return
-            if any(PeerLostError.__name__ not in _last_line(ctx.stderrs.get(lr)) for lr in failed):
+            if not all(_lost_peer(_last_line(ctx.stderrs.get(lr))) for lr in failed):
                 return
             time.sleep(_SETTLE_POLL)
 

@@ -19,7 +19,7 @@ import sys
 import attrs
 
 from .._backends.horovod import _lib
-from .._errors import LaunchError
+from .._errors import LaunchError, PeerLostError
 from ._driven import Job, call_rank
 from ._reports import Reporter, ReportFolder, earliest, rank_failure
 
@@ -70,7 +70,7 @@ def _blame(folder: ReportFolder, exc: Exception, world_size: int) -> LaunchError
     clause (a signal, ``os._exit``).
     """
     errors = folder.errors()
-    own = earliest(e for e in errors.values() if e.kind != "PeerLostError")
+    own = earliest(e for e in errors.values() if e.kind != PeerLostError.__name__)
     if own is not None:
         return rank_failure(own, world_size)
     done = folder.read("ok")
