@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import inspect
+import subprocess
+import sys
 from types import ModuleType
 
 import attrs
@@ -70,3 +72,18 @@ def test_every_error_a_user_can_catch_is_exported() -> None:
 
     raised = {name for name, obj in vars(errors).items() if inspect.isclass(obj) and issubclass(obj, idist.IdistError)}
     assert raised <= set(idist.__all__), sorted(raised - set(idist.__all__))
+
+
+def test_importing_idist_imports_no_torch_until_a_name_is_used() -> None:
+    # `idist run` and `idist --help` start in a fraction of a second; the names load on first use
+    code = (
+        "import sys, idist, idist.launch\n"
+        "before = 'torch' in sys.modules\n"
+        "names = set(dir(idist)) >= set(idist.__all__) and 'spawn' in dir(idist.launch)\n"
+        "missing = not hasattr(idist, 'no_such_name') and not hasattr(idist.launch, 'no_such_name')\n"
+        "from idist import *\n"
+        "print(before, names, missing, all_reduce is idist.all_reduce, 'torch' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True", "True", "True", "True"], proc.stdout

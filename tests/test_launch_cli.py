@@ -36,6 +36,20 @@ def _ipv6_loopback() -> bool:
         return False
 
 
+def test_the_launcher_itself_never_imports_torch(tmp_path: Path) -> None:
+    # it only starts processes: torch is the ranks' import, and the launcher starts at once
+    script = tmp_path / "hello.py"
+    script.write_text("import os\nprint('rank', os.environ['RANK'])\n")
+    launcher = (
+        "import sys\nfrom idist._cli import main\nrc = main(['run', '-n', '2', sys.argv[1]])\n"
+        "print('launcher imported torch:', 'torch' in sys.modules)\nsys.exit(rc)\n"
+    )
+    proc = run_py(["-c", launcher, str(script)], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "launcher imported torch: False" in proc.stdout, proc.stdout
+    assert sorted(line for line in proc.stdout.splitlines() if "rank " in line) == ["[rank0]:rank 0", "[rank1]:rank 1"]
+
+
 def test_run_prefixes_every_line_with_its_rank_and_passes_arguments(tmp_path: Path) -> None:
     # an IPv6 master address, where this machine has IPv6 loopback (IPv4's, the default, is in every other run)
     ipv6 = ["--master-addr", "::1"] if _ipv6_loopback() else []

@@ -19,7 +19,8 @@ import pytest
 import torch
 
 import idist
-from idist._backends.native._liveness import DEFAULT_LIMIT, LIVENESS_VAR, interval_for, limit_from
+from idist._backends.native._liveness import interval_for
+from idist._liveness_limit import DEFAULT_LIMIT, LIVENESS_VAR, limit_from
 from launch_util import run_py
 from multiproc import run_ranks
 

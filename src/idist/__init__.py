@@ -6,103 +6,12 @@ Each module-level function is ``current().<method>(...)`` and nothing more; see
 
 from __future__ import annotations
 
-from ._backends.horovod import HorovodContext
-from ._backends.native import NativeContext
-from ._backends.serial import SerialContext
-from ._backends.xla import XlaContext
+from typing import TYPE_CHECKING
 
-# the module-level functions, one thin shim each over current()
-from ._calls import (
-    all_gather,
-    all_gather_tensors_with_shapes,
-    all_reduce,
-    any_rank_failed,
-    auto_dataloader,
-    auto_model,
-    auto_optim,
-    barrier,
-    broadcast,
-    load_checkpoint,
-    new_group,
-    no_sync,
-    one_rank_first,
-    one_rank_only,
-    save_checkpoint,
-    sync,
-    timeout,
-)
-from ._context import DistContext
-from ._errors import (
-    AlreadyInitializedError,
-    BackendUnavailableError,
-    CheckpointError,
-    CheckpointMismatchError,
-    CheckpointNotFoundError,
-    CheckpointPathError,
-    CheckpointStateError,
-    CheckpointUnsafeError,
-    CollectiveInputError,
-    CollectiveMismatchError,
-    CollectiveTimeoutError,
-    ContextClosedError,
-    GroupBrokenError,
-    IdistError,
-    LaunchConfigError,
-    LaunchEnvironmentError,
-    LaunchError,
-    LeaderFailedError,
-    PeerLostError,
-    ReduceOverflowError,
-    RendezvousTimeoutError,
-    ThreadContextError,
-    TrainingSetupError,
-    UnknownBackendError,
-    UnsupportedOpError,
-    UnsupportedSamplerError,
-    UnsupportedValueError,
-)
-from ._group import Group
-from ._setup import (
-    available_backends,
-    backend,
-    context,
-    device,
-    get_local_rank,
-    get_nnodes,
-    get_node_rank,
-    get_nproc_per_node,
-    get_rank,
-    get_world_size,
-    has_hvd_support,
-    has_native_dist_support,
-    has_xla_support,
-    hostname,
-    initialize,
-    model_name,
-    rank,
-    set_local_rank,
-    show_config,
-    world_size,
-)
-from ._stack import current, finalize, use
-from ._topology import Topology
-from ._types import (
-    BackendName,
-    BoolReduceOp,
-    FloatReduceOp,
-    GroupArg,
-    HorovodBackend,
-    HorovodReduceOp,
-    IntReduceOp,
-    ModelName,
-    NativeBackend,
-    ReduceOp,
-    SerialBackend,
-    XlaBackend,
-)
-from .launch import Parallel, SpawnHandle, spawn
-from .training import AutoDataLoader, DistributedProxySampler
-from .training._options import Strategy
+from . import _lazy
+
+if TYPE_CHECKING:
+    from ._api import *  # noqa: F403 (one list of imports, in _api; the names load on first use)
 
 __version__ = "0.1.0"
 
@@ -136,3 +45,6 @@ __all__ = [
     "BackendName", "BoolReduceOp", "FloatReduceOp", "GroupArg", "HorovodBackend", "HorovodReduceOp",
     "IntReduceOp", "ModelName", "NativeBackend", "ReduceOp", "SerialBackend", "Strategy", "XlaBackend",
 ]  # fmt: skip
+
+if not TYPE_CHECKING:  # at run time the names above load on first use, and torch with them
+    __getattr__, __dir__ = _lazy.exports(globals(), "._api", __all__)

@@ -10,13 +10,12 @@ _reports    how driven ranks report results and failures
 
 from __future__ import annotations
 
-from .._detect import launched_by
-from .._errors import LaunchConfigError, LaunchError
-from ._handle import SpawnHandle
-from ._parallel import Parallel
-from ._plan import StartMethod
-from ._ports import PortReservation, reserve_port
-from ._spawn import spawn
+from typing import TYPE_CHECKING
+
+from .. import _lazy
+
+if TYPE_CHECKING:
+    from ._api import *  # noqa: F403 (the names load on first use: ``idist run`` imports no torch)
 
 __all__ = [
     "LaunchConfigError",
@@ -29,3 +28,6 @@ __all__ = [
     "reserve_port",
     "spawn",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy.exports(globals(), "._api", __all__)

@@ -10,7 +10,6 @@ time, exit code)``.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
@@ -23,11 +22,10 @@ from multiprocessing.connection import Connection
 import attrs
 
 from .. import _environ, _stack
-from . import _sessions
+from . import _deathsig, _sessions
 
 #: How often a rank checks that its parent is still alive (a backstop to PR_SET_PDEATHSIG).
 WATCHDOG_INTERVAL = 0.1
-PR_SET_PDEATHSIG = 1
 
 
 @attrs.frozen(kw_only=True)
@@ -60,26 +58,7 @@ def _watch_parent(parent: int) -> None:
 def die_with_parent() -> None:
     """The kernel sends this process SIGKILL the moment its parent dies (Linux; elsewhere the
     watchdog below is all there is)."""
-    death_signal(signal.SIGKILL, check=False)()
-
-
-def death_signal(sig: int, *, check: bool = True) -> Callable[[], None]:
-    """What makes the kernel send ``sig`` to a process the moment its parent (this process, when
-    ``check``: a new one that finds it gone already ends at once) dies: a ``preexec_fn`` that calls
-    nothing but ``prctl`` (resolved here, before the fork)."""
-    parent = os.getpid()
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        prctl = None
-
-    def arm() -> None:
-        if prctl is not None:
-            prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
-        if check and os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return arm
+    _deathsig.death_signal(signal.SIGKILL, check=False)()
 
 
 def _isolate(spec: ChildSpec) -> None:

@@ -15,11 +15,9 @@ import shutil
 import sys
 from typing import Any
 
-import torch
-
 from .. import _netif
-from .._backends.native._liveness import limit_from
 from .._errors import LaunchConfigError
+from .._liveness_limit import limit_from
 from . import _elastic
 from ._hvd_cli import run_horovodrun
 from ._plan import MAX_LOCAL_RANKS, MAX_WORLD_SIZE, LaunchPlan
@@ -192,6 +190,8 @@ def _check_backend(a: argparse.Namespace) -> None:
                 "--backend horovod runs one node here; for several hosts call horovodrun -H host1:N,host2:N"
             )
     elif a.backend == "nccl":
+        import torch  # deferred: the launcher imports torch only to count GPUs
+
         if not torch.cuda.is_available():
             raise UsageError("--backend nccl needs CUDA, which this machine does not have; use --backend gloo")
         if torch.cuda.device_count() < a.nproc:

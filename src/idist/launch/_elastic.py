@@ -22,8 +22,8 @@ import attrs
 
 from .. import _environ
 from .._errors import LaunchConfigError
+from .._rank_vars import INHERITED_RANK_VARS
 from ._plan import MAX_WORLD_SIZE
-from ._procs import INHERITED_RANK_VARS
 
 #: seconds the rendezvous waits for more nodes (up to MAX) once MIN have joined (torch's default: 30)
 LAST_CALL = 1.0

@@ -17,8 +17,7 @@ import subprocess
 import time
 from types import FrameType
 
-from . import _sessions
-from ._child import death_signal
+from . import _deathsig, _sessions
 from ._scripts import GRACE_SECONDS as RANK_GRACE
 from ._scripts import handled_signals, standard_fds
 
@@ -49,7 +48,7 @@ def run_horovodrun(cmd: list[str]) -> int:
     with _sessions.subreaper(), handled_signals(on_signal):
         sweeper = _sessions.Sweeper()
         leave = () if sweeper.pid is None else (sweeper.pid,)
-        proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=death_signal(signal.SIGTERM))
+        proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_deathsig.death_signal(signal.SIGTERM))
         try:
             sweeper.watch(proc.pid)
             sweeper.watch_tree(proc.pid)

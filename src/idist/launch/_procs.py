@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import attrs
 
 from .._errors import LaunchError
+from .._rank_vars import INHERITED_RANK_VARS
 from . import _sessions
 from ._child import ChildSpec, child_main
 from ._handle import SpawnHandle
@@ -24,53 +25,6 @@ from ._ports import LOOPBACK, PortReservation, reserve_port
 from ._stopping import Held, Rank
 
 R = TypeVar("R")
-
-#: Per-rank variables from an enclosing launcher that would contradict the rank the child
-#: is given; removed in the child.
-INHERITED_RANK_VARS = (
-    # idist run, idist.spawn
-    "IDIST_LAUNCHER",
-    # torchrun
-    "GROUP_WORLD_SIZE",
-    "ROLE_RANK",
-    "ROLE_WORLD_SIZE",
-    "ROLE_NAME",
-    "TORCHELASTIC_USE_AGENT_STORE",
-    "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_ERROR_FILE",
-    # SLURM
-    "SLURM_PROCID",
-    "SLURM_LOCALID",
-    "SLURM_NODEID",
-    "SLURM_NTASKS",
-    "SLURM_NPROCS",
-    "SLURM_NTASKS_PER_NODE",
-    "SLURM_TASKS_PER_NODE",
-    "SLURM_JOB_NODELIST",
-    "SLURM_JOB_ID",
-    # OpenMPI
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "OMPI_COMM_WORLD_NODE_RANK",
-    # MPICH
-    "PMI_RANK",
-    "PMI_SIZE",
-    "MPI_LOCALRANKID",
-    "MPI_LOCALNRANKS",
-    # Horovod
-    "HOROVOD_RANK",
-    "HOROVOD_SIZE",
-    "HOROVOD_LOCAL_RANK",
-    "HOROVOD_LOCAL_SIZE",
-    "HOROVOD_HOSTNAME",
-    # XLA (PJRT)
-    "PJRT_LOCAL_PROCESS_RANK",
-    "PJRT_LOCAL_PROCESS_COUNT",
-)
 
 
 def start(

@@ -23,13 +23,12 @@ from contextlib import contextmanager
 from types import FrameType
 
 from .. import _marks
-from . import _sessions
-from ._child import death_signal
+from .._rank_vars import INHERITED_RANK_VARS
+from . import _deathsig, _sessions
 from ._handle import signal_name
 from ._output import Output
 from ._plan import LaunchPlan
 from ._ports import LOOPBACK, PortReservation, reserve_port
-from ._procs import INHERITED_RANK_VARS
 
 #: seconds the ranks (and what they started) get after SIGTERM before SIGKILL
 GRACE_SECONDS = 3.0
@@ -247,7 +246,7 @@ def run_script(
                         stdout=out_w,
                         stderr=err_w,
                         start_new_session=True,  # its own session: see _sessions
-                        preexec_fn=death_signal(signal.SIGKILL),
+                        preexec_fn=_deathsig.death_signal(signal.SIGKILL),
                         pass_fds=() if marks is None else (marks.fd,),
                     )
                 finally:

@@ -10,9 +10,9 @@ from torch._C._distributed_c10d import Store
 
 from ..._errors import LaunchEnvironmentError
 from ..._launch_env import LaunchInfo, detect
+from ..._liveness_limit import limit_from
 from ..._topology import Topology
 from ._create import CREATED, DEFAULT_TIMEOUT, C, _build, _explicit_info
-from ._liveness import limit_from
 
 #: ignite's ``set_local_rank``: the local rank of this process when a group is adopted and
 #: no launcher variable says it (process-wide, as in ignite)

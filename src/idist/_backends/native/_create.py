@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store
 
-from ... import _marks
+from ... import _liveness_limit, _marks
 from ..._core import ContextState
 from ..._errors import AlreadyInitializedError, BackendUnavailableError, LaunchEnvironmentError
 from ..._launch_env import LaunchInfo, detect
@@ -23,7 +23,7 @@ from ._comm import SLICES_PER_LOOK, NativeComm
 from ._guard import Guard, checked_from_env
 from ._inflight import InFlight, Unheld
 from ._keys import built, farewell, namespace, serving_node
-from ._liveness import heartbeat, limit_from
+from ._liveness import heartbeat
 from ._pg import PGLike
 
 if TYPE_CHECKING:
@@ -194,7 +194,7 @@ def create(
     """
     if unknown:
         raise TypeError(f"unknown options for backend {name!r}: {', '.join(sorted(unknown))}")
-    limit = limit_from(liveness, os.environ)
+    limit = _liveness_limit.limit_from(liveness, os.environ)
     _check_available(name)
     if dist.is_initialized():
         raise AlreadyInitializedError(

@@ -13,19 +13,17 @@ process, node or link goes silent. See docs/failures.md "Liveness" and docs/scal
 from __future__ import annotations
 
 import atexit
-import math
 import random
 import secrets
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import attrs
 from torch._C._distributed_c10d import Store
 
-from ..._errors import LaunchEnvironmentError
 from ..._launch_env import LaunchInfo
 from ..._topology import Topology
 from ._board import OK, TICK, NodeBoard, Slot
@@ -33,28 +31,8 @@ from ._keys import address, served_here
 from ._pulse import Pulse, node_key
 from ._stuck import Stuck
 
-#: seconds of silence after which a peer is lost, unless the option or the variable says
-DEFAULT_LIMIT = 30.0
-LIVENESS_VAR = "IDIST_LIVENESS"
 #: how long closing (or exiting) waits for a store call in flight
 STOP_SECONDS = 1.0
-
-
-def limit_from(value: float | None, env: Mapping[str, str]) -> float:
-    """The limit in seconds (0: liveness off) from ``liveness=``, else ``IDIST_LIVENESS``, else 30."""
-    if value is None:
-        text = env.get(LIVENESS_VAR, "").strip()
-        if not text:
-            return DEFAULT_LIMIT
-        try:
-            value = float(text)
-        except ValueError:
-            raise LaunchEnvironmentError(
-                f"{LIVENESS_VAR}={text!r} is not a number of seconds (0 turns liveness off)"
-            ) from None
-    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-        raise ValueError(f"liveness must be a number of seconds >= 0 (0 turns it off), got {value!r}")
-    return float(value)
 
 
 def interval_for(limit: float) -> float:

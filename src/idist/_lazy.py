@@ -1,0 +1,34 @@
+"""Public names that load on first use, so that importing a package costs no torch import.
+
+``idist`` and ``idist.launch`` list their names in ``__all__`` and keep the imports that
+define them in an ``_api`` module. Type checkers read those imports (under ``TYPE_CHECKING``);
+at run time the first name asked for imports ``_api`` once and binds every name. ``idist run``
+and ``idist --help`` therefore start without torch (the launcher only starts processes), while
+``import idist; idist.initialize(...)`` works as before.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, MutableMapping, Sequence
+
+
+def exports(
+    namespace: MutableMapping[str, object], api: str, names: Sequence[str]
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """The package's ``__getattr__`` and ``__dir__``: ``names`` come from module ``api`` (relative to
+    the package) on first use; any other name is an ``AttributeError``, so submodules still import."""
+    package = str(namespace["__name__"])
+
+    def __getattr__(name: str) -> object:
+        if name not in names:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module = importlib.import_module(api, package)
+        for key in names:
+            namespace.setdefault(key, getattr(module, key))  # a name the caller already set stays
+        return namespace[name]
+
+    def __dir__() -> list[str]:
+        return sorted({*namespace, *names})
+
+    return __getattr__, __dir__
