@@ -75,14 +75,16 @@ def test_every_error_a_user_can_catch_is_exported() -> None:
 
 
 def test_importing_idist_imports_no_torch_until_a_name_is_used() -> None:
-    # `idist run` and `idist --help` start in a fraction of a second; the names load on first use
+    # `idist run` and `idist --help` start in a fraction of a second; the names (and submodules, as
+    # `idist.training`) load on first use
     code = (
         "import sys, idist, idist.launch\n"
         "before = 'torch' in sys.modules\n"
         "names = set(dir(idist)) >= set(idist.__all__) and 'spawn' in dir(idist.launch)\n"
         "missing = not hasattr(idist, 'no_such_name') and not hasattr(idist.launch, 'no_such_name')\n"
+        "subs = idist.training.AutoDataLoader is idist.AutoDataLoader and idist.launch is sys.modules['idist.launch']\n"
         "from idist import *\n"
-        "print(before, names, missing, all_reduce is idist.all_reduce, 'torch' in sys.modules)\n"
+        "print(before, names, missing and subs, all_reduce is idist.all_reduce, 'torch' in sys.modules)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
