@@ -89,3 +89,16 @@ def test_importing_idist_imports_no_torch_until_a_name_is_used() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "True", "True", "True", "True"], proc.stdout
+
+
+def test_a_subpackage_imported_alone_finds_the_current_context() -> None:
+    # DistributedProxySampler without num_replicas/rank asks the context stack, which nothing
+    # imported yet: `import idist` no longer imports every module
+    code = (
+        "import torch.utils.data as d\n"
+        "from idist.training import DistributedProxySampler\n"
+        "print(len(list(DistributedProxySampler(d.SequentialSampler(range(10))))))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["10"], proc.stdout

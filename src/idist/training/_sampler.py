@@ -36,14 +36,19 @@ class _Seeded(Protocol):
 _GLOBAL_RNG_LOCK = threading.Lock()
 
 
-def _stack_not_loaded() -> tuple[int, int]:
-    raise RuntimeError("idist's context stack (idist._stack) is not imported: import idist first")
+def _from_the_package() -> tuple[int, int]:
+    # `import idist.training` alone imports no stack (idist's names load on first use): ask the
+    # package, whose `current` loads the stack, which then sets `_current_topology` itself
+    from .. import current  # deferred: the public API sits above training/ (and imports it)
+
+    ctx = current()
+    return ctx.world_size, ctx.rank
 
 
 #: (world size, rank) of the current context, for a ``DistributedProxySampler`` given neither.
 #: training/ sits below the context stack, so the stack sets this when it is imported
-#: (``use_current_topology``); importing any part of idist imports the stack.
-_current_topology: Callable[[], tuple[int, int]] = _stack_not_loaded
+#: (``use_current_topology``); until then the package's public ``current`` answers.
+_current_topology: Callable[[], tuple[int, int]] = _from_the_package
 
 
 def use_current_topology(source: Callable[[], tuple[int, int]]) -> None:
