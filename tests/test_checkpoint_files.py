@@ -189,6 +189,31 @@ def test_the_only_copy_set_aside_by_a_crash_is_kept_until_a_save_publishes(tmp_p
     assert _settled(tmp_path) == ["ck"]
 
 
+def test_another_saves_sweep_in_the_moment_a_save_takes_its_lock_leaves_that_save_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # seen as a save in one thread losing its staging folder to another's clean-up: a lock file
+    # that exists unlocked marks a crashed save, and the sweep removed it, then the folder
+    path, other = tmp_path / "ck", "f" * 32
+    real_flock, swept = fcntl.flock, []
+
+    def flock_after_a_sweep(fd: int, op: int) -> None:
+        if not swept:
+            swept.append(True)
+            _publish.sweep(path, other)  # another save's clean-up, between this save's steps
+        real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_a_sweep)
+    staging = _publish.stage(path, "0" * 32)
+    try:
+        _publish.sweep(path, other)  # and once more, now that the staging folder exists
+        assert swept and staging.folder.is_dir(), sorted(os.listdir(tmp_path))
+        assert _publish.sibling(path, "lock", "0" * 32).exists(), sorted(os.listdir(tmp_path))
+    finally:
+        _publish.discard(staging)
+    assert sorted(os.listdir(tmp_path)) == []
+
+
 def test_threads_saving_one_path_at_once_all_succeed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     errors: list[BaseException] = []
 

@@ -57,11 +57,22 @@ class Staging:
 def stage(path: Path, nonce: str) -> Staging:
     """Rank 0: take the lock, make the staging folder and write the probe in it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = os.open(sibling(path, "lock", nonce), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    # locked before it has its name: an unlocked lock file marks a crashed save, which another
+    # save's sweep removes (and then this save's folder). A crash before the rename leaves an
+    # empty ``...-lock-N.new``, which no sweep takes for a save's.
+    lock_path = sibling(path, "lock", nonce)
+    hidden = lock_path.with_name(lock_path.name + ".new")
+    lock = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        pass  # a filesystem without locks: the file alone keeps other saves from removing this one
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pass  # a filesystem without locks: the file alone keeps other saves from removing this one
+        os.rename(hidden, lock_path)
+    except BaseException:
+        os.close(lock)
+        hidden.unlink(missing_ok=True)
+        raise
     staging = Staging(path, nonce, sibling(path, "tmp", nonce), lock)
     staging.folder.mkdir()
     (staging.folder / _files.PROBE).write_bytes(nonce.encode())  # other ranks read it through the filesystem
