@@ -55,7 +55,7 @@ def free_port() -> int:
 
 def _context() -> Any:
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch.distributed", "idist"])
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "idist._api"])  # idist loads its names on use
     return ctx
 
 

@@ -23,7 +23,9 @@ from typing import TypeVar, cast, final
 from torch._C._distributed_c10d import TCPStore
 from typing_extensions import TypeVarTuple, Unpack
 
-from .. import _stack
+# the whole public API is loaded while a process starts, not in a run's time (a job's first
+# `from idist import ...` would otherwise import it there)
+from .. import _api, _stack  # noqa: F401
 from .._context import DistContext
 from ._errors import RankFailedError, WorldTimeoutError, describe
 from ._jobs import BREAK, BaseWorld, RemoteError, dumps, pack, serve_and_exit
