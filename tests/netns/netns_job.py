@@ -36,11 +36,18 @@ import idist  # noqa: E402
 
 
 def _ss() -> dict[str, list[str]]:
-    """This node's TCP listeners and established connections, as ``ss`` shows them."""
+    """This node's TCP listeners and established connections, as ``ss`` shows them.
+
+    ``ss`` reads the owners from /proc before it reads the sockets, so a socket that another job
+    on the node opens in between shows no ``pid=``: such a table is read again (a few times)."""
     out = {}
     for what, flags in (("listen", "-Htlnp"), ("established", "-Htnp")):
-        r = subprocess.run(["ss", flags], capture_output=True, text=True, timeout=10)
-        out[what] = [" ".join(line.split()[3:]) for line in r.stdout.splitlines()]
+        for _ in range(5):
+            r = subprocess.run(["ss", flags], capture_output=True, text=True, timeout=10)
+            out[what] = [" ".join(line.split()[3:]) for line in r.stdout.splitlines()]
+            if all("pid=" in line for line in out[what]):
+                break
+            time.sleep(0.2)
     return out
 
 

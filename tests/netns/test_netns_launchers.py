@@ -118,7 +118,9 @@ def test_no_process_left_on_any_node(launched: dict[str, Any]) -> None:
     assert launched["left"] == {0: [], 1: []}
 
 
-_SS = re.compile(r"^(?P<addr>\S+):(?P<port>\d+) .*pid=(?P<pid>\d+)")
+#: an ``ss`` listener line; ``pid`` is missing for a socket opened while ``ss`` ran (netns_job reads
+#: such a table again, but a socket that keeps appearing can still show no owner)
+_SS = re.compile(r"^(?P<addr>\S+):(?P<port>\d+) (?:.*pid=(?P<pid>\d+))?")
 
 
 def test_listeners_bind_the_interface_that_reaches_master(
@@ -140,8 +142,8 @@ def test_listeners_bind_the_interface_that_reaches_master(
         for line in ranks[r]["ss"]["listen"]:
             m = _SS.match(line)
             assert m, line
-            if m["pid"] not in own and m["pid"] in others:
-                continue
+            if m["pid"] is not None and m["pid"] not in own and m["pid"] in others:
+                continue  # an owner-less listener is held to this job's rule: it may be ours
             if m["addr"] != launched["addrs"][r // 2]:
                 wrong.append(f"node{r // 2}: {line}")
     assert not wrong, "listening beyond the interface that reaches master_addr:\n" + "\n".join(wrong)
