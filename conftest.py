@@ -28,8 +28,11 @@ def _group(item: pytest.Item) -> str | None:
     if info is None:
         return None
     callspec = getattr(item, "callspec", None)
-    shared = [d[-1] for d in info.name2fixturedefs.values() if d[-1].scope in _SHARED_SCOPES and d[-1].baseid]
-    # (function-scoped fixtures and pytest's own, such as tmp_path_factory, start nothing)
+    shared = [
+        d[-1] for d in info.name2fixturedefs.values() if d[-1].scope in _SHARED_SCOPES and d[-1].baseid not in ("", ".")
+    ]
+    # (function-scoped fixtures, pytest's own such as tmp_path_factory, and this file's, which every
+    # test has (pytest 9 gives them the base id "."), start nothing)
     if any(d.scope == "module" for d in shared):
         return item.nodeid.split("::", 1)[0]  # the module's fixtures, every parametrization, one worker
     for fixturedef in shared:
@@ -44,7 +47,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "xdist_group(name): tests that run on one xdist worker")
 
 
-@pytest.hookimpl(trylast=True)
+# tryfirst: pytest-xdist's own hook turns each test's xdist_group marks into the suffix of its
+# node id that ``--dist loadgroup`` schedules by, so the marks must be there before it runs (as
+# trylast, they came after it: every group was spread over both workers). tests/conftest.py's
+# hook, which marks the timed tests, is tryfirst too, and pluggy calls it first: among hooks of
+# the same kind, the one registered later (the subfolder's conftest) runs earlier.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("timed") is not None:

@@ -108,6 +108,8 @@ TIMED_TESTS = (
 )
 
 
+# tryfirst, and before the root conftest.py's hook, which groups the timed tests (see there)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:

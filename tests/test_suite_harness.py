@@ -45,3 +45,9 @@ def test_the_timed_tests_share_one_xdist_group(request: pytest.FixtureRequest) -
         pytest.skip("no timed test is collected in this run")
     groups = {m.args[0] for i in timed for m in i.iter_markers("xdist_group")}
     assert groups == {"timed"}, groups
+    if getattr(request.config.option, "loadgroup", False):  # a worker of --dist loadgroup
+        # what loadgroup schedules by: the group in the node id, put there by pytest-xdist's own
+        # collection hook, which must see the marks (every group was split when it ran first)
+        grouped = [i for i in items if i.get_closest_marker("xdist_group") is not None]
+        assert all(i.nodeid.endswith("@timed") for i in timed), [i.nodeid for i in timed][:3]
+        assert all("@" in i.nodeid for i in grouped), [i.nodeid for i in grouped if "@" not in i.nodeid][:3]
