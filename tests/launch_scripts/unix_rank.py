@@ -31,7 +31,10 @@ Path(f"{mark}.{rank}").write_text(str(os.getpid()))
 
 def background(name: str, **kw: object) -> None:
     child = subprocess.Popen(["sleep", "600"], **kw)  # type: ignore[call-overload]
-    Path(f"{mark}.{rank}.{name}").write_text(str(child.pid))
+    # written whole, then renamed: a test that sees the file reads the pid, never an empty file
+    part = Path(f"{mark}.{rank}.{name}.part")
+    part.write_text(str(child.pid))
+    part.rename(f"{mark}.{rank}.{name}")
 
 
 if mode == "burst":
