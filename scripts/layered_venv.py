@@ -26,7 +26,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +33,8 @@ KEEP = 2
 #: what every shared venv gets first: setuptools new enough to install idist editable without
 #: build isolation (its pyproject.toml needs 77 or later)
 BASE = "--upgrade pip setuptools>=77"
+#: the interpreter's name in a venv's bin and lib folders
+PYTHON_NAME = f"python{sysconfig.get_python_version()}"
 COMPLETE = ".idist-complete"
 USED = ".idist-used"
 
@@ -47,8 +48,11 @@ def pip(python: Path, line: str) -> None:
 
 
 def site_packages(venv: Path) -> Path:
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    return venv / "lib" / version / "site-packages"
+    return venv / "lib" / PYTHON_NAME / "site-packages"
+
+
+def short_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:12]
 
 
 def build_shared(shared: Path, lines: list[str], check: str | None) -> None:
@@ -84,7 +88,7 @@ def prune(cache: Path, name: str, keep: Path) -> None:
 
 def wrap_scripts(shared: Path, dest: Path) -> None:
     """DEST/bin runs each shared console script with DEST's python (so it sees DEST's idist)."""
-    own = {"python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}"}
+    own = {"python", "python3", PYTHON_NAME}
     for script in (shared / "bin").iterdir():
         target = dest / "bin" / script.name
         if script.name in own or script.name.startswith(("activate", "Activate", "pip")) or target.exists():
@@ -106,12 +110,9 @@ def main() -> int:
     parser.add_argument("--check", help="Python code the shared venv must run without error once built")
     args = parser.parse_args()
     lines: list[str] = args.pip
-    python_version = sysconfig.get_python_version()
-    key = hashlib.sha256("\n".join([args.name, python_version, BASE, *lines, args.check or ""]).encode()).hexdigest()[
-        :12
-    ]
+    key = short_hash("\n".join([args.name, sysconfig.get_python_version(), BASE, *lines, args.check or ""]).encode())
     # DEST is remade (a second) when idist's metadata or this script's layout changes
-    project = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + Path(__file__).read_bytes()).hexdigest()[:12]
+    project = short_hash((ROOT / "pyproject.toml").read_bytes() + Path(__file__).read_bytes())
     cache = Path(os.environ.get("IDIST_VENV_CACHE", Path.home() / ".cache" / "idist" / "venvs"))
     shared = cache / f"{args.name}-{key}"
     dest: Path = args.dest if args.dest.is_absolute() else Path.cwd() / args.dest
@@ -132,8 +133,7 @@ def main() -> int:
         wrap_scripts(shared, dest)
         pip(python, f"--no-deps --no-build-isolation -e {shlex.quote(str(ROOT))}")
         stamp.touch()
-    (shared / USED).touch()
-    os.utime(shared / USED, (time.time(), time.time()))
+    (shared / USED).touch()  # now, also when it exists: what prune() orders by
     prune(cache, args.name, shared)
     print(args.dest / "bin" / "python")  # as given: relative when DEST was
     return 0
