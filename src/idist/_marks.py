@@ -3,9 +3,11 @@
 gloo ends a rank by SIGABRT when a peer sends more bytes than its tensor holds (an unchecked
 all_reduce of float32 against float64), and a dead process says nothing. ``idist run`` shares a
 small anonymous memory file with its ranks (``IDIST_STALL_MARKS`` names its descriptor and the
-rank's slot); at the start of every backend call a rank writes its call counter, the call and
-the group into its slot (no system call), negates the counter when the call returns, and the
-launcher names the collective in its report only while the counter says it is in flight.
+rank's slot); at the start of every backend call a rank writes its call counter, its rank, the
+call and the group into its slot (no system call), negates the counter when the call returns,
+and the launcher names the collective in its report only while the counter says it is in flight.
+A failing rank reads its node's slots too: a node-mate in flight at the failed call reached it,
+however late it is to say so (``Marks.in_call``).
 Nothing is on disk: the memory goes with the last process that maps it, a killed launcher too.
 """
 
@@ -14,15 +16,15 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 MARKS_VAR = "IDIST_STALL_MARKS"
 #: the memory file's name, checked by a rank before it writes (a descriptor number it inherited
 #: in the variable may name another file in a process the rank started)
 _NAME = "idist-stall-marks"
-#: the call counter of the group, the call, the group
-_RECORD = struct.Struct("<q16s40s")
-_SEQ = struct.Struct("<q")
+#: the call counter of the group, the writer's rank, the call, the group
+_RECORD = struct.Struct("<qq16s40s")
+_SEQ = _RANK = struct.Struct("<q")
 
 
 class Board:
@@ -40,7 +42,7 @@ class Board:
     def read(self, slot: int) -> str | None:
         """The collective the rank in ``slot`` is in ("all_reduce #17 on group world"), or None when
         it is in none (its last one returned, or it never called one)."""
-        seq, call, group = _RECORD.unpack_from(self._map, slot * _RECORD.size)
+        seq, _, call, group = _RECORD.unpack_from(self._map, slot * _RECORD.size)
         if seq <= 0:
             return None
         name, where = (field.rstrip(b"\0").decode("ascii", "replace") for field in (call, group))
@@ -70,6 +72,13 @@ class Marks:
         if self._offset + _RECORD.size > len(self._map):
             raise OSError(f"no stall-mark slot {slot}")
         self._seq = 0
+        #: the global rank written with each call (-1 until ``claim``)
+        self.rank = -1
+
+    def claim(self, rank: int) -> None:
+        """Sign this slot with the writer's global rank (once, when its context is made)."""
+        self.rank = rank
+        _RANK.pack_into(self._map, self._offset + _SEQ.size, rank)
 
     def write(self, seq: int, call: str | None, key: str = "world", ranks: Sequence[int] = ()) -> None:
         """The rank enters call number ``seq`` (> 0), ``call`` on the group ``key`` of ``ranks``, or,
@@ -77,9 +86,24 @@ class Marks:
         if call is None:
             _SEQ.pack_into(self._map, self._offset, -self._seq)
             return
-        group = "world" if key == "world" else str(list(ranks))
-        _RECORD.pack_into(self._map, self._offset, seq, call.encode(), group.encode()[:40])
+        _RECORD.pack_into(self._map, self._offset, seq, self.rank, call.encode(), _group(key, ranks))
         self._seq = seq
+
+    def in_call(self, seqs: Collection[int], key: str, ranks: Sequence[int]) -> set[int]:
+        """The ranks on this node (this one included) in flight at one of the calls ``seqs`` of
+        the group ``key``: they reached it (a failed call stays in flight in its slot)."""
+        group = _group(key, ranks)
+        found: set[int] = set()
+        for offset in range(0, len(self._map) - _RECORD.size + 1, _RECORD.size):
+            seq, rank, _, where = _RECORD.unpack_from(self._map, offset)
+            if seq in seqs and rank >= 0 and where.rstrip(b"\0") == group:
+                found.add(rank)
+        return found
+
+
+def _group(key: str, ranks: Sequence[int]) -> bytes:
+    """How a slot names a group (as much as fits)."""
+    return (b"world" if key == "world" else str(list(ranks)).encode())[:40]
 
 
 _mine: list[Marks | None] = []
@@ -94,3 +118,11 @@ def from_env(env: Mapping[str, str]) -> Marks | None:
         except (ValueError, OSError):
             _mine.append(None)  # a report the launcher cannot give is no reason to fail the rank
     return _mine[0]
+
+
+def claimed(env: Mapping[str, str], rank: int) -> Marks | None:
+    """``from_env``'s marks, signed with ``rank`` (see ``Marks.claim``)."""
+    marks = from_env(env)
+    if marks is not None:
+        marks.claim(rank)
+    return marks

@@ -142,8 +142,9 @@ class NativeComm:
 
     def _failed(self, call: str, exc: RuntimeError | None, lost: Lost | None, began: float) -> IdistError:
         """What a failed collective raises, top to bottom: the guard judges the failure; this comm
-        releases its group (closed connections wake every peer blocked on this rank, which then
-        records its own arrival); the guard hears who else arrived; the group is broken."""
+        counts this rank in, then releases its group (closed connections wake every peer blocked on
+        this rank, which then counts itself in); the guard hears who else arrived; the group is
+        broken."""
         if exc is not None:
             traceback.clear_frames(exc.__traceback__)  # their work objects hold the group's connections
         call = self.calling or call
@@ -151,9 +152,11 @@ class NativeComm:
         # woken by a peer's failure: what liveness knows (a store cut off) needs no store call
         known = lost if lost is not None or exc is None else guard.lost(self.ranks)
         verdict = guard.judge(self, call, exc, known, time.monotonic() - began)
+        tell = known is None and verdict.fault is not Fault.BROKEN
+        tallies = guard.count_in(self) if tell else None  # before the release that wakes the peers
         self.release(verdict.reason, stuck=lost is not None)
-        if known is None and verdict.fault is not Fault.BROKEN:
-            verdict = guard.report(self, verdict)
+        if tell:
+            verdict = guard.report(self, verdict, tallies)
         guard.broken = guard.broken or verdict.reason
         return verdict.error()
 

@@ -108,7 +108,7 @@ def _build(
         store_host_ranks=tuple(range(store_node * nproc, (store_node + 1) * nproc)) if store_node is not None else (),
         nproc_per_node=nproc if t.nnodes > 1 else 0,
         liveness=beat,
-        marks=_marks.from_env(os.environ),
+        marks=_marks.claimed(os.environ, t.rank),
         namespace=ns,
     )
     # gloo's waits are cut into slices (NativeComm._finish asks the watcher and the guard between

@@ -231,22 +231,21 @@ class Guard:
         timed_out = elapsed >= 0.95 * self.timeout.total_seconds()
         return attrs.evolve(base, fault=Fault.TIMEOUT if timed_out else Fault.LOST, backend=said)
 
-    def report(self, comm: NativeComm, verdict: Verdict) -> Verdict:
-        """``verdict`` with the ranks that did not reach this collective: this rank counts itself
-        in (``Tally``: O(1) requests) and waits briefly for the count to complete; if it does not,
-        one rank reads who came and posts who did not. Each step bounded: the store may be gone."""
+    def count_in(self, comm: NativeComm) -> dict[int, Tally] | None:
+        """Tell the peers that this rank reached its failed collective (``Tally``: O(1) requests),
+        before it releases the group: a peer that waits for it hears it sooner. A rank counts in at
+        its collective and as one behind and ahead (a peer there failed with the same fault, its
+        part still in flight, or already done). The tallies for ``report``; None: the store did not
+        answer. Bounded: the store may be gone."""
         store = self.store
         if store is None:
-            return verdict
+            return None
         seq, size = comm.lockstep.seq, len(comm.ranks)
-        # one list for the group; a rank counts in at its collective and as one behind and ahead:
-        # a peer there failed with the same fault (its part still in flight, or already done)
         roll, near = f"stall/{comm.key}/who", tuple(str(s) for s in (seq - 1, seq, seq + 1))
         tallies = {
             s: Tally(store, f"stall/{comm.key}/{s}", size, roll, str(seq), near) for s in (seq - 1, seq, seq + 1)
         }
         self.written.extend(f"guard/{key}" for tally in tallies.values() for key in tally.keys)
-        grace = min(self.stall_grace, self.timeout.total_seconds())
 
         def tell() -> bool:
             tallies[seq].note(comm.group_rank)
@@ -254,11 +253,27 @@ class Guard:
                 tally.arrive(comm.group_rank, listed=False)
             return True
 
-        def absent() -> list[int]:
-            tally = tallies[seq]
-            return [] if tally.wait(grace) else tally.missing(2.0)
+        return tallies if bounded(tell, 2.0) else None
 
-        missing = bounded(absent, grace + 3.0) if bounded(tell, 2.0) else None
+    def report(self, comm: NativeComm, verdict: Verdict, tallies: dict[int, Tally] | None) -> Verdict:
+        """``verdict`` with the ranks that did not reach this collective: this rank counted itself
+        in (``tallies``, from ``count_in``) and waits briefly for the count to complete; if it does
+        not, one rank reads who came and posts who did not. A node-mate whose stall mark shows it in
+        this call came, however late (a loaded machine can take seconds to wake it). Each step
+        bounded: the store may be gone."""
+        if self.store is None:
+            return verdict
+        grace = min(self.stall_grace, self.timeout.total_seconds())
+        seq, marks = comm.lockstep.seq, self.marks
+
+        def absent(tally: Tally) -> list[int]:
+            if tally.wait(grace):
+                return []
+            here = marks.in_call((seq - 1, seq, seq + 1), comm.key, comm.ranks) if marks is not None else set()
+            missing = tally.missing(2.0, lambda member: comm.ranks[member] in here)
+            return [m for m in missing if m != comm.group_rank]  # a post made before it counted in
+
+        missing = bounded(lambda: absent(tallies[seq]), grace + 3.0) if tallies is not None else None
         if missing is not None:
             return attrs.evolve(verdict, missing=tuple(comm.ranks[r] for r in missing))
         me = comm.ranks[comm.group_rank]

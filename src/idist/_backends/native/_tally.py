@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import time
+from collections.abc import Callable
 from typing import Protocol, cast
 
 import attrs
@@ -89,18 +90,19 @@ class Tally:
             return self.complete()
         return True
 
-    def missing(self, seconds: float) -> list[int]:
+    def missing(self, seconds: float, came: Callable[[int], bool] = lambda member: False) -> list[int]:
         """The members that did not arrive: the first member to ask reads the list once and posts
-        the answer; the others read that post (waiting at most ``seconds`` for it, then the list)."""
+        the answer; the others read that post (waiting at most ``seconds`` for it, then the list).
+        ``came``: whether a member is known to have arrived that has not counted in yet."""
         posted = f"{self.prefix}/missing"
         if self.store.add(f"{self.prefix}/diag", 1) == 1:
-            absent = self._absent()
+            absent = [m for m in self._absent() if not came(m)]
             self.store.set(posted, ",".join(map(str, absent)))
             return absent
         try:
             self.store.wait([posted], datetime.timedelta(seconds=seconds))
         except RuntimeError:  # the first member is gone before it posted: read the list here
-            return self._absent()
+            return [m for m in self._absent() if not came(m)]
         text = read1(self.store, posted) or b""
         return [int(m) for m in text.decode().split(",") if m]
 
