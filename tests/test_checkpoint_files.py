@@ -10,6 +10,7 @@ lock file: a crashed save's leftovers are removed by the next save, a running sa
 from __future__ import annotations
 
 import fcntl
+import multiprocessing
 import os
 import re
 import sys
@@ -189,11 +190,15 @@ def test_the_only_copy_set_aside_by_a_crash_is_kept_until_a_save_publishes(tmp_p
     assert _settled(tmp_path) == ["ck"]
 
 
+@pytest.mark.parametrize("unnamed", [True, False], ids=["unnamed-file", "hidden-name"])
 def test_another_saves_sweep_in_the_moment_a_save_takes_its_lock_leaves_that_save_alone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unnamed: bool
 ) -> None:
     # seen as a save in one thread losing its staging folder to another's clean-up: a lock file
-    # that exists unlocked marks a crashed save, and the sweep removed it, then the folder
+    # that exists unlocked marks a crashed save, and the sweep removed it, then the folder. Without
+    # unnamed files the sweep removes the hidden lock file it finds unlocked: the save makes another
+    if not unnamed:
+        monkeypatch.setattr(os, "O_TMPFILE", 0)
     path, other = tmp_path / "ck", "f" * 32
     real_flock, swept = fcntl.flock, []
 
@@ -212,6 +217,30 @@ def test_another_saves_sweep_in_the_moment_a_save_takes_its_lock_leaves_that_sav
     finally:
         _publish.discard(staging)
     assert sorted(os.listdir(tmp_path)) == []
+
+
+def _die_while_taking_the_lock(path: str, unnamed: bool) -> None:
+    """A save's process killed (no clean-up runs) after its lock file exists and before it is named."""
+    if not unnamed:
+        os.O_TMPFILE = 0  # type: ignore[misc]  # a filesystem without unnamed files: the hidden name
+    fcntl.flock = lambda fd, op: os._exit(3)  # type: ignore[assignment]
+    _publish.stage(Path(path), "e" * 32)
+
+
+@pytest.mark.parametrize("unnamed", [True, False], ids=["unnamed-file", "hidden-name"])
+def test_a_save_killed_while_it_takes_its_lock_leaves_nothing_a_sweep_keeps(tmp_path: Path, unnamed: bool) -> None:
+    """Killed in the moment between creating its lock file and locking it: where the filesystem
+    has unnamed files (O_TMPFILE) the file never had a name; elsewhere, the next save's sweep
+    removes the hidden one once nobody holds it."""
+    ctx = multiprocessing.get_context("fork")
+    proc = ctx.Process(target=_die_while_taking_the_lock, args=(str(tmp_path / "ck"), unnamed))
+    proc.start()
+    proc.join(30)
+    assert proc.exitcode == 3
+    if unnamed:
+        assert sorted(os.listdir(tmp_path)) == []
+    idist.save_checkpoint(tmp_path / "ck", {"model": _model()})
+    assert _settled(tmp_path) == ["ck"]
 
 
 def test_threads_saving_one_path_at_once_all_succeed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

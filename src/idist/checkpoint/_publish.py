@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import fcntl
 import logging
 import os
 import re
@@ -22,7 +21,7 @@ from pathlib import Path
 import attrs
 
 from .._errors import CheckpointError
-from . import _files
+from . import _files, _locks
 
 logger = logging.getLogger("idist.checkpoint")
 
@@ -34,7 +33,7 @@ _TAKEN = {errno.ENOTEMPTY, errno.EEXIST}
 _NONCE = re.compile(r"[0-9a-f]{32}")
 _KINDS = ("tmp", "old", "lock")
 #: publishing gives up after this many rounds of other saves replacing the path under it
-_TRIES = 16
+_TRIES = _locks.TRIES
 
 
 def sibling(path: Path, kind: str, nonce: str) -> Path:
@@ -57,23 +56,7 @@ class Staging:
 def stage(path: Path, nonce: str) -> Staging:
     """Rank 0: take the lock, make the staging folder and write the probe in it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    # locked before it has its name: an unlocked lock file marks a crashed save, which another
-    # save's sweep removes (and then this save's folder). A crash before the rename leaves an
-    # empty ``...-lock-N.new``, which no sweep takes for a save's.
-    lock_path = sibling(path, "lock", nonce)
-    hidden = lock_path.with_name(lock_path.name + ".new")
-    lock = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            pass  # a filesystem without locks: the file alone keeps other saves from removing this one
-        os.rename(hidden, lock_path)
-    except BaseException:
-        os.close(lock)
-        hidden.unlink(missing_ok=True)
-        raise
-    staging = Staging(path, nonce, sibling(path, "tmp", nonce), lock)
+    staging = Staging(path, nonce, sibling(path, "tmp", nonce), _locks.locked(sibling(path, "lock", nonce)))
     staging.folder.mkdir()
     (staging.folder / _files.PROBE).write_bytes(nonce.encode())  # other ranks read it through the filesystem
     return staging
@@ -214,11 +197,15 @@ def sweep(path: Path, mine: str) -> None:
     found: dict[str, set[str]] = {}
     for name in os.listdir(path.parent):
         kind, _, nonce = name[len(prefix) :].partition("-")
-        if name.startswith(prefix) and kind in _KINDS and _NONCE.fullmatch(nonce) and nonce != mine:
+        if kind == "lock" and nonce.endswith(_locks.HIDDEN):  # a save that never locked it, or one locking it now
+            nonce, kind = nonce.removesuffix(_locks.HIDDEN), "hidden"
+        if name.startswith(prefix) and kind in (*_KINDS, "hidden") and _NONCE.fullmatch(nonce) and nonce != mine:
             found.setdefault(nonce, set()).add(kind)
     for nonce, kinds in found.items():
         lock_path = sibling(path, "lock", nonce)
-        lock = _take(lock_path) if "lock" in kinds else None
+        if "hidden" in kinds:
+            _locks.remove_unheld(lock_path.with_name(lock_path.name + _locks.HIDDEN))
+        lock = _locks.take(lock_path) if "lock" in kinds else None
         if lock == -1:
             continue  # that save is running, or the filesystem cannot say
         try:
@@ -229,25 +216,6 @@ def sweep(path: Path, mine: str) -> None:
         finally:
             if lock is not None:
                 os.close(lock)
-
-
-def _take(lock_path: Path) -> int | None:
-    """The lock of a save that is gone (held open here), None if its file is gone too, -1 if not free."""
-    try:
-        fd = os.open(lock_path, os.O_RDWR)  # write access: NFS emulates flock with write locks
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        logger.warning("cannot open %s (%s): the save it belongs to is left in place", lock_path, exc)
-        return -1
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
-            logger.warning("cannot tell whether the save holding %s still runs (%s): left in place", lock_path, exc)
-        return -1
-    return fd
 
 
 #: removals of replaced checkpoints still running (threads the interpreter joins at exit)
