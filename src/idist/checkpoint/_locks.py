@@ -26,8 +26,13 @@ _AT_FDCWD = -100
 _AT_SYMLINK_FOLLOW = 0x400
 #: the suffix of a lock file not yet locked (filesystems without unnamed files)
 HIDDEN = ".new"
-#: rounds of other saves getting in the way before a save gives up
-TRIES = 16
+#: how often a save makes its hidden lock file again after sweeps removed it before giving up
+_ROUNDS = 1024
+
+
+def hidden(lock_path: Path) -> Path:
+    """Where a save without unnamed files makes ``lock_path`` before it is locked."""
+    return lock_path.with_name(lock_path.name + HIDDEN)
 
 
 def locked(lock_path: Path) -> int:
@@ -39,7 +44,7 @@ def locked(lock_path: Path) -> int:
     try:
         fd = os.open(lock_path.parent, os.O_TMPFILE | os.O_RDWR, 0o644)
     except (AttributeError, OSError):
-        return _locked_through(lock_path, lock_path.with_name(lock_path.name + HIDDEN))
+        return _locked_through(lock_path)
     try:
         _lock(fd)  # nobody else can open an unnamed file
         _link_open_file(fd, lock_path)
@@ -47,7 +52,7 @@ def locked(lock_path: Path) -> int:
         os.close(fd)
         if exc.errno == errno.EEXIST:
             raise
-        return _locked_through(lock_path, lock_path.with_name(lock_path.name + HIDDEN))  # no /proc here
+        return _locked_through(lock_path)  # no /proc here
     except BaseException:
         os.close(fd)
         raise
@@ -64,22 +69,23 @@ def _link_open_file(fd: int, path: Path) -> None:
         raise OSError(err, os.strerror(err), str(path))
 
 
-def _locked_through(lock_path: Path, hidden: Path) -> int:
-    for _ in range(TRIES * 64):
+def _locked_through(lock_path: Path) -> int:
+    through = hidden(lock_path)
+    for _ in range(_ROUNDS):
         try:
-            fd = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(through, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             time.sleep(0.01)  # a sweep holds it, and removes it
             continue
         try:
             if _lock(fd):
-                os.rename(hidden, lock_path)
+                os.rename(through, lock_path)
                 return fd
         except FileNotFoundError:
             pass  # a sweep removed it before this save locked it
         except BaseException:
             os.close(fd)
-            hidden.unlink(missing_ok=True)
+            through.unlink(missing_ok=True)
             raise
         os.close(fd)
     raise CheckpointError(f"could not take the lock {lock_path}: other saves' clean-ups kept removing it")
@@ -96,12 +102,13 @@ def _lock(fd: int) -> bool:
     return True
 
 
-def remove_unheld(hidden: Path) -> None:
-    """Remove a hidden lock file nobody holds (its save locks it again under a new one)."""
-    fd = take(hidden)
+def remove_unheld(lock_path: Path) -> None:
+    """Remove ``lock_path``'s hidden file if nobody holds it (its save makes another)."""
+    through = hidden(lock_path)
+    fd = take(through)
     if fd is not None and fd != -1:
         try:
-            hidden.unlink(missing_ok=True)
+            through.unlink(missing_ok=True)
         finally:
             os.close(fd)
 

@@ -33,7 +33,7 @@ _TAKEN = {errno.ENOTEMPTY, errno.EEXIST}
 _NONCE = re.compile(r"[0-9a-f]{32}")
 _KINDS = ("tmp", "old", "lock")
 #: publishing gives up after this many rounds of other saves replacing the path under it
-_TRIES = _locks.TRIES
+_TRIES = 16
 
 
 def sibling(path: Path, kind: str, nonce: str) -> Path:
@@ -204,7 +204,7 @@ def sweep(path: Path, mine: str) -> None:
     for nonce, kinds in found.items():
         lock_path = sibling(path, "lock", nonce)
         if "hidden" in kinds:
-            _locks.remove_unheld(lock_path.with_name(lock_path.name + _locks.HIDDEN))
+            _locks.remove_unheld(lock_path)
         lock = _locks.take(lock_path) if "lock" in kinds else None
         if lock == -1:
             continue  # that save is running, or the filesystem cannot say

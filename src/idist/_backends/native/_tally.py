@@ -96,17 +96,17 @@ class Tally:
         ``came``: whether a member is known to have arrived that has not counted in yet."""
         posted = f"{self.prefix}/missing"
         if self.store.add(f"{self.prefix}/diag", 1) == 1:
-            absent = [m for m in self._absent() if not came(m)]
+            absent = self._absent(came)
             self.store.set(posted, ",".join(map(str, absent)))
             return absent
         try:
             self.store.wait([posted], datetime.timedelta(seconds=seconds))
         except RuntimeError:  # the first member is gone before it posted: read the list here
-            return [m for m in self._absent() if not came(m)]
+            return self._absent(came)
         text = read1(self.store, posted) or b""
         return [int(m) for m in text.decode().split(",") if m]
 
-    def _absent(self) -> list[int]:
+    def _absent(self, came: Callable[[int], bool]) -> list[int]:
         entries = (e.partition(":") for e in (read1(self.store, self._roll) or b"").decode().split(",") if e)
-        came = {int(member) for label, _, member in entries if label in self.accept}
-        return [m for m in range(self.size) if m not in came]
+        listed = {int(member) for label, _, member in entries if label in self.accept}
+        return [m for m in range(self.size) if m not in listed and not came(m)]
