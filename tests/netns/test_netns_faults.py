@@ -19,8 +19,9 @@ from netns_harness import JOB, Job, NodeNet, clean_env, start_job
 
 PORT = 29500
 SECTION = 5.0
-#: a loaded 2-core machine: Python + torch start on 6 processes
-START = 40.0
+#: a loaded 2-core machine: Python + torch start on 6 processes (40 s was once too little while
+#: the other xdist worker ran its own 32-rank job); only ever waited out when a job fails to start
+START = 90.0
 TYPED = ("CollectiveTimeoutError", "PeerLostError")
 #: how long node 0 waits for a node 1 that never comes: only waited out, never a bound (the
 #: local ranks of node 0 start together, so they meet well within it even on a loaded machine)
