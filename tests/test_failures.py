@@ -189,6 +189,14 @@ def _try(fn: Callable[[], object]) -> tuple[str, Any]:
     return "ok", value.tolist() if isinstance(value, torch.Tensor) else value
 
 
+MIXED: list[tuple[str, Callable[[], torch.Tensor], object]] = [
+    ("float32[2] and float", lambda: torch.tensor([1.0, 2.0]), 1.0),
+    ("float32[1000] and float", lambda: torch.ones(1000), 0.5),
+    ("float64[1] and int", lambda: torch.ones(1, dtype=torch.float64), 3),
+    ("int64[2] and int", lambda: torch.ones(2, dtype=torch.int64), 3),
+]
+
+
 def _agreement_cases(rank: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
 
@@ -216,6 +224,12 @@ def _agreement_cases(rank: int) -> dict[str, Any]:
     mixed = lambda c: c.all_reduce(torch.tensor([1.0, 2.0], dtype=torch.float64) if rank == 0 else 1.0)
     run("tensor and number checked", True, mixed)
     run("tensor and number", False, mixed)
+    # ... of every size (gloo aborted a process on most of them), either rank the odd one
+    for case, tensor, number in MIXED:
+        run(case, False, lambda c, t=tensor, v=number: c.all_reduce(t() if rank == 0 else v))
+        run(case + ", swapped", False, lambda c, t=tensor, v=number: c.all_reduce(v if rank == 0 else t()))
+    run("tensor and a number's all_gather", False,
+        lambda c: c.all_reduce(torch.ones(3)) if rank == 0 else c.all_gather(2))  # fmt: skip
     # 5: the same bad input on every rank, rank 1 arriving 2 s late
     run("bad op late", False, lambda c: c.all_reduce(torch.ones(2), "FOO"), late=2.0)
     run("bad src late", False, lambda c: c.broadcast(1.0, src=7), late=1.0)
@@ -238,7 +252,7 @@ def _agreement_cases(rank: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def agreement() -> list[dict[str, Any]]:
-    return run_ranks(_agreement_cases, 2, timeout=150)  # type: ignore[no-any-return]
+    return run_ranks(_agreement_cases, 2, timeout=240)  # type: ignore[no-any-return]
 
 
 def test_a_bad_group_on_one_rank_never_pairs_ragged_gathers_wrongly(agreement: list[dict[str, Any]]) -> None:
@@ -264,11 +278,16 @@ def test_a_tensor_against_a_number_never_returns_a_peers_data_twice(agreement: l
     case = "tensor and number checked"
     assert r0[case][0] == r1[case][0] == "CollectiveMismatchError", (r0[case], r1[case])
     assert r0[case + " next"] == r1[case + " next"] == ("ok", [10, 11])
-    # unchecked, the number's rank sees a sum no Python numbers make: it raises and breaks
-    # the group, so no later call pairs with the wrong one (and gloo aborts nobody)
-    case = "tensor and number"
-    assert r1[case][0] == "CollectiveInputError", r1[case]
-    assert r0[case + " next"][0] == r1[case + " next"][0] == "GroupBrokenError", (r0, r1)
+    # unchecked, the tensor's all_reduce and the number's gather never pair: every rank raises
+    # the same error within seconds, naming both calls, and every later call raises (gloo aborts nobody)
+    cases = ["tensor and number", "tensor and a number's all_gather"]
+    cases += [c for case, _, _ in MIXED for c in (case, case + ", swapped")]
+    for case in cases:
+        assert r0[case][0] == r1[case][0] == "CollectiveMismatchError", (case, r0[case], r1[case])
+        assert r0[case][1] == r1[case][1], case
+        assert "rank 0: a tensor all_reduce" in r0[case][1] or "swapped" in case, r0[case][1]
+        assert r0[case + " took"] < 10 and r1[case + " took"] < 10, case
+        assert r0[case + " next"][0] == r1[case + " next"][0] == "GroupBrokenError", (case, r0, r1)
 
 
 def test_the_same_bad_input_everywhere_agrees_however_late_a_rank_arrives(agreement: list[dict[str, Any]]) -> None:

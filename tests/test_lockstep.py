@@ -89,6 +89,6 @@ def test_every_ranks_lockstep_state_is_equal_after_every_call(world_size: int, c
     assert outcomes["bad src everywhere: agreed"] == "CollectiveInputError"
     assert outcomes["big broadcast, guessed"] == "ok"
     world = {name: states["world"] for name, _, states in runs[0]}  # the state did move
-    assert world["int sum again"].sum_mode == "int" and world["long strings grow the slot"].slot > 64
+    assert world["long strings grow the slot"].slot > 64
     assert world["big broadcast, guessed"].guesses[0][1] and not world["big broadcast, other shape"].guesses[0][1]
     assert world["barrier"].seq > len(world) and world["barrier"].agreed == (0 if checked else 1)

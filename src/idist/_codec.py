@@ -18,7 +18,7 @@ import torch
 
 from . import _reports
 from ._errors import CODE_OF, ERROR_CODES, IdistError, UnsupportedValueError
-from ._frame import HEADER, Frame, Tag, aligned, head, host, read_head, string_at
+from ._frame import HEADER, LENGTH, Frame, Tag, aligned, head, host, read_head, string_at
 
 _F64 = struct.Struct("<d")
 
@@ -199,6 +199,26 @@ def _unpickle(raw: bytes) -> object:
             f"a value did not unpickle ({type(exc).__name__}: {exc}); every rank must be able to import "
             "its class and rebuild it"
         ) from exc
+
+
+def numbers(out: torch.Tensor, size: int, n: int) -> list[object] | None:
+    """The Python numbers in the ``n`` frames at every ``size`` bytes of ``out`` (CPU, contiguous),
+    or None when a frame holds anything else (``decode`` it)."""
+    data = string_at(out.data_ptr(), n * size)
+    values: list[object] = []
+    for at in range(0, n * size, size):
+        tag = data[at + 8]
+        if tag == _FLOAT:
+            values.append(_F64.unpack_from(data, at + HEADER)[0])
+        elif tag == _INT:
+            values.append(
+                int.from_bytes(data[at + HEADER : at + LENGTH.unpack_from(data, at)[0]], "little", signed=True)
+            )
+        elif tag == _BOOL:
+            values.append(data[at + HEADER] == 1)
+        else:
+            return None
+    return values
 
 
 def decode(buf: torch.Tensor) -> object:

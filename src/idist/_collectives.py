@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import _codec, _exchange, _frame, _inplace, _number_sum, _speculative
+from . import _codec, _exchange, _frame, _inplace, _speculative
 from ._errors import CollectiveInputError, IdistError
 from ._reduce import check_number, check_op_name, fold_values
 
@@ -59,35 +59,27 @@ def all_reduce(ctx: DistContext[CommT], comm: CommT, x: object, op: str) -> obje
     if len(comm.ranks) == 1:  # a group of one: the same checks, nothing to exchange
         check_number(x)
         return fold_values(op, [x])
-    n = len(comm.ranks)
-    summing = ctx.EXACT_SUM_PAIRS and op in _number_sum.OPS and n < _number_sum.MAX_RANKS
-    step = comm.lockstep
-    if summing and (mode := step.sum_mode) != "gather":
-        summed = _number_sum.contribution(x, mode)
-        ctx._allreduce_tensor(summed, "SUM", comm)
-        result, after = _number_sum.result(summed, n, op, mode)
-        if isinstance(result, _number_sum.Foreign):
-            ctx._unpaired(comm, CollectiveInputError(FOREIGN_SUM))
-        if not isinstance(result, _number_sum.Miss):
-            step.sum_mode = after
-            return result
+    # Every rank's exact value, folded in rank order: the same bits on every rank. Never through the
+    # tensor all_reduce: a peer that passed a tensor waits in another collective, which the native
+    # guard reports on every rank (gloo would mix its bytes with the number's, or abort).
+    values = ctx._numbers(comm, x)
+    return fold_values(op, values if values is not None else gathered_numbers(comm, x))
+
+
+def gathered_numbers(comm: _exchange.Comm, x: object) -> list[object]:
+    """Every rank's ``x`` for all_reduce, gathered as frames: a rank whose ``x`` all_reduce refuses
+    ships its error, which every rank raises."""
     try:
         check_number(x)
         frame = _codec.encode(x)
     except IdistError as exc:
         frame = _codec.encode_error(exc)
-    values = _exchange.decode_all(comm, _exchange.gather_frames(comm, frame), "all_reduce")
-    if summing:
-        step.sum_mode = _number_sum.after_gather(values)
-    return fold_values(op, values)
-
-
-#: what a rank that reduced a Python number says when its peers' part was no number
-FOREIGN_SUM = (
-    "all_reduce of a Python number met another call on some rank (a tensor all_reduce?): that rank got "
-    "this rank's internal codes added into its data, and no rank can tell what the other passed; pass the "
-    "same kind of value on every rank (checked mode names the mismatch before data moves)"
-)
+    out, size = _exchange.gather_slots(comm, frame)
+    n = len(comm.ranks)
+    values = _codec.numbers(out, size, n)
+    if values is None:  # an error, a numpy scalar, an int past int64: decoded in full
+        values = _exchange.decode_all(comm, [out[r * size : (r + 1) * size] for r in range(n)], "all_reduce")
+    return values
 
 
 def all_gather(comm: _exchange.Comm, x: object, declared: Declared = None) -> list[Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
 
 import attrs
 import torch
@@ -77,9 +77,6 @@ class ContextCore(ABC, Generic[CommT_co]):
 
     MODEL_NAME: ClassVar[ModelName] = "serial"
     VALID_OPS: ClassVar[tuple[str, ...]] = COMMON_OPS
-    #: the backend's float64 SUM all_reduce is exact on integers below 2**53 and is ``a + b``
-    #: for two ranks, so SUM/AVERAGE of Python numbers may use ``_number_sum``'s pair
-    EXACT_SUM_PAIRS: ClassVar[bool] = False
     #: a runtime of this backend can only be running (and be adopted) once this is imported
     ADOPTS_FROM: ClassVar[str | None] = None
     #: how to install the optional package this backend needs (None: nothing to install)
@@ -144,6 +141,11 @@ class ContextCore(ABC, Generic[CommT_co]):
     @abstractmethod
     def _barrier(self: ContextCore[CommT], comm: CommT) -> None: ...
 
+    def _numbers(self: ContextCore[CommT], comm: CommT, x: object) -> list[object] | None:
+        """Every rank's Python number for all_reduce in one fast round, or None to gather frames
+        (a backend without one, or a value no fast round carries, on any rank: the same on all)."""
+        return None
+
     def _pipeline(self: ContextCore[CommT], comm: CommT) -> Pipeline | None:
         """``comm`` when it can send a broadcast's header and data together (see _speculative)."""
         return None
@@ -182,10 +184,6 @@ class ContextCore(ABC, Generic[CommT_co]):
         check_tensor_op(op, t.dtype)
         checked_tensor(t)
         check_writable(t, "all_reduce")
-
-    def _unpaired(self: ContextCore[CommT], comm: CommT, error: IdistError) -> NoReturn:
-        """Raise ``error``, found after data moved: some rank made another call (native breaks the group)."""
-        raise error
 
     def _broken(self) -> str | None:
         """Why the group cannot be used any more (a backend that can break says), else None."""

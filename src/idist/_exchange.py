@@ -19,7 +19,6 @@ import torch
 from ._codec import decode, decode_error
 from ._errors import UnsupportedValueError
 from ._frame import LENGTH, Frame, Tag, frame_length, peek
-from ._number_sum import Mode
 
 MIN_SLOT = 64
 _string_at = ctypes.string_at
@@ -42,8 +41,6 @@ class LockStep:
 
     #: the byte size the next exchange sends (see ``gather_slots``)
     slot: int = MIN_SLOT
-    #: how the next SUM of Python numbers moves (``_number_sum``)
-    sum_mode: Mode = "pair"
     #: per group rank of src: its last large tensor's shape and dtype, and whether to trust it (``_speculative``)
     guesses: dict[int, tuple[Guess, bool]] = attrs.Factory(dict)
     #: the group's collectives so far, as its backend counts them (native: every backend call, keying

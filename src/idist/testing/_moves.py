@@ -106,6 +106,20 @@ def allgather(payloads: list[tuple[list[torch.Tensor] | torch.Tensor, torch.Tens
             out.detach().copy_(t.view_as(out))
 
 
+def alltoall(payloads: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Equal parts: part j of rank i's input lands as part i of rank j's output."""
+    inputs = [p[1].detach() for p in payloads]
+    _same_size(inputs, "alltoall")
+    n = len(inputs)
+    if inputs[0].numel() % n:
+        raise ValueError("alltoall: the input does not split into one equal part per rank")
+    parts = [t.reshape(-1).chunk(n) for t in inputs]
+    for j, (output, _) in enumerate(payloads):
+        if output.numel() != inputs[0].numel() or output.dtype != inputs[0].dtype:
+            raise ValueError("alltoall: the output buffer does not fit the inputs")
+        output.detach().view(-1).copy_(torch.cat([parts[i][j] for i in range(n)]))
+
+
 def barrier(payloads: list[Any]) -> None:
     """Nothing moves: every member arrived."""
 

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
-from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, Work
+from torch._C._distributed_c10d import (
+    AllgatherOptions,
+    AllreduceOptions,
+    AllToAllOptions,
+    BarrierOptions,
+    BroadcastOptions,
+    Work,
+)
 from torch.futures import Future
 
 from . import _moves
@@ -264,6 +271,17 @@ class SimulatedGroup(_ProcessGroup):
         opts = opts if opts is not None else AllgatherOptions()
         _moves.check(input, "allgather")
         self._meet(("allgather",), (output, input), _moves.allgather, opts)
+        return _done([output])
+
+    def alltoall_base(
+        self, output: torch.Tensor, input: torch.Tensor, output_splits: list[int], input_splits: list[int],
+        opts: Any = None,
+    ) -> Work:  # fmt: skip
+        opts = opts if opts is not None else AllToAllOptions()
+        if output_splits or input_splits:
+            raise TransportError("alltoall: equal parts only (split sizes are not simulated)")
+        _moves.check(input, "alltoall")
+        self._meet(("alltoall",), (output, input), _moves.alltoall, opts)
         return _done([output])
 
     def barrier(self, opts: Any = None) -> Work:

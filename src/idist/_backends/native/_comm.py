@@ -22,12 +22,13 @@ from torch._C._distributed_c10d import BarrierOptions, BroadcastOptions, Work
 from ..._errors import IdistError
 from ..._exchange import LockStep
 from ..._inplace import divide, plain, resolved, write
+from ._crossed import NUMBERS, Crossing, watch
 from ._guard import Guard
 from ._inflight import FAILED_SECONDS, InFlight
 from ._liveness import Lost
-from ._pg import GATHER, REDUCE_OPTIONS, BrokenPG, PGLike, gather_options, reduce_options
+from ._pg import ALLTOALL, GATHER, REDUCE_OPTIONS, BrokenPG, PGLike, alltoall_options, gather_options, reduce_options
 from ._reaper import bury
-from ._verdict import Fault
+from ._verdict import Fault, Verdict
 
 #: a wait's slices are a quarter of liveness's interval (a node's ranks, which share one view,
 #: all stop within one); the store is asked once an interval whether a peer failed (Guard.look)
@@ -67,6 +68,8 @@ class NativeComm:
     #: the user's call its collectives serve now, when named otherwise (checked mode's comparison,
     #: nccl's barrier): what a failure and the stall mark name
     calling: str | None = None
+    #: the watch for crossed calls of the call now waiting long (see ``_crossed``), else of an earlier one
+    crossing: Crossing | None = None
 
     def _mark(self, what: str | None) -> None:
         """Count this backend call; with stall marks on, note it (None: that it returned) for the launcher."""
@@ -86,7 +89,7 @@ class NativeComm:
         inflight = self.inflight
         counts = inflight.before(tensors)
         began = time.monotonic()
-        lost: Lost | None = None
+        lost: Lost | str | None = None
         failure: RuntimeError | None = None
         done = False
         self.busy += 1
@@ -95,7 +98,7 @@ class NativeComm:
             if self.slice is None and not isinstance(started, tuple):
                 started.wait()
             else:
-                lost = self._finish_all(started)
+                lost = self._finish_all(started, what, tensors, began)
             done = lost is None
         except RuntimeError as exc:
             failure = exc
@@ -107,17 +110,21 @@ class NativeComm:
             raise self._failed(what, failure, lost, began) from failure
         self._mark(None)
 
-    def _finish_all(self, started: Work | tuple[Work, Work]) -> Lost | None:
+    def _finish_all(
+        self, started: Work | tuple[Work, Work], what: str, tensors: tuple[torch.Tensor, ...], began: float
+    ) -> Lost | str | None:
         for work in started if isinstance(started, tuple) else (started,):
-            if (lost := self._finish(work)) is not None:
+            if (lost := self._finish(work, what, tensors, began)) is not None:
                 return lost
         return None
 
-    def _finish(self, work: Work) -> Lost | None:
+    def _finish(self, work: Work, what: str, tensors: tuple[torch.Tensor, ...], began: float) -> Lost | str | None:
         """Wait for ``work`` (raising the backend's error) in slices, the first one short: between
         two, the liveness watcher says whether it lost a rank of this group (which ends the wait,
-        the work in flight), and the guard tells a peer that failed before communicating at this
-        call that this rank is in it (``Guard.look``: that peer then breaks the group)."""
+        the work in flight). Once an interval, the guard tells a peer that failed before
+        communicating at this call that this rank is in it (``Guard.look``: that peer then breaks
+        the group), and a long wait finds whether the ranks wait in different collectives (the
+        report, a str: ``_crossed``)."""
         slice = self.slice
         if slice is None:
             work.wait()
@@ -135,12 +142,15 @@ class NativeComm:
                 return lost
             if looks % SLICES_PER_LOOK == 0:  # the store once an interval; the watcher every slice
                 self.guard.look(self)
+                crossed = watch(self, what, tensors)
+                if crossed is not None and (said := crossed.look(time.monotonic() - began, looks)) is not None:
+                    return said
             looks += 1
             wait = slice
         work.wait()
         return None
 
-    def _failed(self, call: str, exc: RuntimeError | None, lost: Lost | None, began: float) -> IdistError:
+    def _failed(self, call: str, exc: RuntimeError | None, lost: Lost | str | None, began: float) -> IdistError:
         """What a failed collective raises, top to bottom: the guard judges the failure; this comm
         counts this rank in, then releases its group (closed connections wake every peer blocked on
         this rank, which then counts itself in); the guard hears who else arrived; the group is
@@ -149,6 +159,14 @@ class NativeComm:
             traceback.clear_frames(exc.__traceback__)  # their work objects hold the group's connections
         call = self.calling or call
         guard = self.guard
+        crossing = self.crossing
+        if lost is None and crossing is not None and crossing.seq == self.lockstep.seq:
+            lost = crossing.conclude()  # a peer that found the crossing first dropped the group
+        if isinstance(lost, str):  # every rank waits in another collective: each read the same report
+            verdict = Verdict(call, self.ranks, Fault.MISMATCH, why=lost)
+            self.release(verdict.reason, stuck=True)
+            guard.broken = guard.broken or verdict.reason
+            return verdict.error()
         # woken by a peer's failure: what liveness knows (a store cut off) needs no store call
         known = lost if lost is not None or exc is None else guard.lost(self.ranks)
         verdict = guard.judge(self, call, exc, known, time.monotonic() - began)
@@ -195,6 +213,18 @@ class NativeComm:
             chunks = out.chunk(n)
             self._call("all_gather", (buf, *chunks), self.pg.allgather, [list(chunks)], [buf], opts)
         return out if self.stage is None else out.cpu()
+
+    def alltoall_bytes(self, out: torch.Tensor, buf: torch.Tensor) -> None:
+        """Equal parts of CPU ``buf`` to every rank: part r of ``out`` is what group rank r sent here."""
+        if self.stage is not None:
+            work, got = buf.to(self.stage), torch.empty_like(out, device=self.stage)
+        else:
+            work, got = buf, out
+        sections = self.guard.sections
+        opts = alltoall_options(sections[-1]) if sections else ALLTOALL
+        self._call(NUMBERS, (got, work), self.pg.alltoall_base, got, work, [], [], opts)
+        if got is not out:
+            out.copy_(got)
 
     def broadcast_bytes(self, buf: torch.Tensor, src: int) -> None:
         self.broadcast(buf, src)

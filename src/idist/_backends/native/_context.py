@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import weakref
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, NoReturn, Self, final
+from typing import Any, ClassVar, Self, final
 
 import attrs
 import torch
@@ -13,6 +13,7 @@ import torch.distributed as dist
 from torch import nn
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, Store
 
+from ... import _records
 from ..._context import DistContext
 from ..._errors import CollectiveInputError, IdistError, UnsupportedValueError
 from ..._inplace import resolved, write
@@ -32,7 +33,6 @@ class NativeContext(DistContext[NativeComm]):
     """A torch.distributed process group (gloo, nccl or mpi) and its topology."""
 
     MODEL_NAME = "native-dist"
-    EXACT_SUM_PAIRS = True
     ADOPTS_FROM: ClassVar[str | None] = "torch.distributed"
     #: the process group's own timeout (``ctx.timeout(s)`` bounds a section without changing it)
     pg_timeout: datetime.timedelta = attrs.field(repr=False, default=_create.DEFAULT_TIMEOUT)
@@ -161,6 +161,9 @@ class NativeContext(DistContext[NativeComm]):
             return
         comm.allreduce(t, op)
 
+    def _numbers(self, comm: NativeComm, x: object) -> list[object] | None:
+        return _records.exchange(comm.alltoall_bytes, len(comm.ranks), x)
+
     def _broadcast_tensor(self, t: torch.Tensor, src: int, comm: NativeComm) -> None:
         if self.backend == "gloo" and t.dtype in _GLOO_MISSING:
             # a broadcast moves bits: send them as bytes, a dtype gloo has
@@ -212,11 +215,6 @@ class NativeContext(DistContext[NativeComm]):
                     "finalize this context and create a new one"
                 )
             raise error
-
-    def _unpaired(self, comm: NativeComm, error: IdistError) -> NoReturn:
-        self._break(f"rank {self.rank}, which raised {type(error).__name__}: {error}")
-        error.add_note("the group is now broken on every rank: finalize this context and create a new one")
-        raise error
 
     def _broken(self) -> str | None:
         return self._state.world.guard.broken

@@ -9,7 +9,14 @@ from typing import Protocol
 import attrs
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, Work
+from torch._C._distributed_c10d import (
+    AllgatherOptions,
+    AllreduceOptions,
+    AllToAllOptions,
+    BarrierOptions,
+    BroadcastOptions,
+    Work,
+)
 
 from ..._errors import GroupBrokenError
 
@@ -36,6 +43,15 @@ class PGLike(Protocol):
         /,
     ) -> Work: ...
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: AllgatherOptions = ..., /) -> Work: ...
+    def alltoall_base(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: list[int],
+        input_split_sizes: list[int],
+        opts: AllToAllOptions = ...,
+        /,
+    ) -> Work: ...
     def broadcast(self, tensors: list[torch.Tensor], opts: BroadcastOptions, /) -> Work: ...
     def barrier(self, opts: BarrierOptions = ..., /) -> Work: ...
 
@@ -63,6 +79,17 @@ def gather_options(timeout: datetime.timedelta | None = None) -> AllgatherOption
 GATHER = gather_options()
 
 
+@functools.lru_cache(maxsize=16)
+def alltoall_options(timeout: datetime.timedelta | None = None) -> AllToAllOptions:
+    opts = AllToAllOptions()
+    if timeout is not None:
+        opts.timeout = timeout
+    return opts
+
+
+ALLTOALL = alltoall_options()
+
+
 @attrs.frozen
 class BrokenPG:
     """What a broken group's comms hold instead of their process group: every call raises why."""
@@ -72,4 +99,4 @@ class BrokenPG:
     def _raise(self, *args: object) -> Work:
         raise GroupBrokenError(f"the group is broken ({self.reason}); finalize this context and create a new one")
 
-    allreduce = allgather = _allgather_base = broadcast = barrier = _raise
+    allreduce = allgather = _allgather_base = alltoall_base = broadcast = barrier = _raise

@@ -16,7 +16,7 @@ from typing import TypeVar
 import attrs
 from torch._C._distributed_c10d import Store
 
-from ..._errors import CollectiveTimeoutError, GroupBrokenError, IdistError, PeerLostError
+from ..._errors import CollectiveMismatchError, CollectiveTimeoutError, GroupBrokenError, IdistError, PeerLostError
 from ._pulse import read1
 
 R = TypeVar("R")
@@ -31,12 +31,15 @@ class Fault(enum.Enum):
     LOST = "lost"
     #: a peer broke the group on purpose (its own error), and said so in the store
     BROKEN = "broken"
+    #: every rank waits in a collective, and not the same one (``_crossed``): they never pair
+    MISMATCH = "mismatch"
 
 
 ERRORS: dict[Fault, type[IdistError]] = {
     Fault.TIMEOUT: CollectiveTimeoutError,
     Fault.LOST: PeerLostError,
     Fault.BROKEN: GroupBrokenError,
+    Fault.MISMATCH: CollectiveMismatchError,
 }
 
 
@@ -59,12 +62,16 @@ class Verdict:
 
     @property
     def where(self) -> str:
+        if self.fault is Fault.MISMATCH:  # the ranks' calls differ: name none of them here
+            return f"the collectives on group {list(self.group)} failed"
         return f"{self.call} on group {list(self.group)} failed"
 
     @property
     def who(self) -> str:
         if self.fault is Fault.BROKEN:
             return f"the group was broken by {self.why}"
+        if self.fault is Fault.MISMATCH:
+            return self.why
         if not self.missing:
             return "no rank is known to be missing" + (f" ({self.why})" if self.why else "")
         nodes = _nodes(self.missing, self.nproc_per_node)
@@ -74,7 +81,13 @@ class Verdict:
     @property
     def reason(self) -> str:
         """Why every later call raises ``GroupBrokenError``."""
-        return self.why if self.fault is Fault.BROKEN else f"{self.call} failed ({self.who})"
+        if self.fault is Fault.BROKEN:
+            return self.why
+        return (
+            "the ranks waited in different collectives, which never pair"
+            if self.fault is Fault.MISMATCH
+            else f"{self.call} failed ({self.who})"
+        )
 
     def error(self) -> IdistError:
         said = f". Backend said: {self.backend}" if self.backend and self.fault is not Fault.BROKEN else ""
