@@ -228,6 +228,7 @@ def _agreement_cases(rank: int) -> dict[str, Any]:
     for case, tensor, number in MIXED:
         run(case, False, lambda c, t=tensor, v=number: c.all_reduce(t() if rank == 0 else v))
         run(case + ", swapped", False, lambda c, t=tensor, v=number: c.all_reduce(v if rank == 0 else t()))
+    run("numbers with different ops", False, lambda c: c.all_reduce(1.0 + rank, "SUM" if rank == 0 else "MAX"))
     run("tensor and a number's all_gather", False,
         lambda c: c.all_reduce(torch.ones(3)) if rank == 0 else c.all_gather(2))  # fmt: skip
     # 5: the same bad input on every rank, rank 1 arriving 2 s late
@@ -288,6 +289,11 @@ def test_a_tensor_against_a_number_never_returns_a_peers_data_twice(agreement: l
         assert "rank 0: a tensor all_reduce" in r0[case][1] or "swapped" in case, r0[case][1]
         assert r0[case + " took"] < 10 and r1[case + " took"] < 10, case
         assert r0[case + " next"][0] == r1[case + " next"][0] == "GroupBrokenError", (case, r0, r1)
+    # numbers carry their op: different ops raise on every rank, and the group stays usable
+    case = "numbers with different ops"
+    assert r0[case] == r1[case], (r0[case], r1[case])
+    assert r0[case][0] == "CollectiveMismatchError" and "rank 0 SUM, rank 1 MAX" in r0[case][1], r0[case]
+    assert r0[case + " next"] == r1[case + " next"] == ("ok", [10, 11])
 
 
 def test_the_same_bad_input_everywhere_agrees_however_late_a_rank_arrives(agreement: list[dict[str, Any]]) -> None:

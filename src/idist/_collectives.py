@@ -62,7 +62,7 @@ def all_reduce(ctx: DistContext[CommT], comm: CommT, x: object, op: str) -> obje
     # Every rank's exact value, folded in rank order: the same bits on every rank. Never through the
     # tensor all_reduce: a peer that passed a tensor waits in another collective, which the native
     # guard reports on every rank (gloo would mix its bytes with the number's, or abort).
-    values = ctx._numbers(comm, x)
+    values = ctx._numbers(comm, x, op)
     return fold_values(op, values if values is not None else gathered_numbers(comm, x))
 
 

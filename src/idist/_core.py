@@ -141,8 +141,8 @@ class ContextCore(ABC, Generic[CommT_co]):
     @abstractmethod
     def _barrier(self: ContextCore[CommT], comm: CommT) -> None: ...
 
-    def _numbers(self: ContextCore[CommT], comm: CommT, x: object) -> list[object] | None:
-        """Every rank's Python number for all_reduce in one fast round, or None to gather frames
+    def _numbers(self: ContextCore[CommT], comm: CommT, x: object, op: str) -> list[object] | None:
+        """Every rank's Python number for all_reduce with ``op`` in one fast round, or None to gather frames
         (a backend without one, or a value no fast round carries, on any rank: the same on all)."""
         return None
 

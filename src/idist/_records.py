@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
+from ._errors import CollectiveMismatchError
 from ._reduce import INT64_MAX, INT64_MIN
 
 #: record tags: a value of the tag's type follows, or OTHER (gather frames)
 OTHER, FLOAT, INT, BOOL = 0, 1, 2, 3
+#: the op travels in the record's second byte, so that ranks passing different ops all raise
+OPS = ("SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "AVERAGE")
 _FLOAT_RECORD = struct.Struct("<Qd")
 _INT_RECORD = struct.Struct("<Qq")
 SIZE = _FLOAT_RECORD.size
@@ -30,24 +33,31 @@ _F64, _I64 = struct.Struct("<d"), struct.Struct("<q")
 _string_at = ctypes.string_at
 
 
-def record(x: object) -> bytes:
-    """This rank's record for ``x``."""
-    kind = type(x)
+def record(x: object, op: str) -> bytes:
+    """This rank's record for ``x`` reduced with ``op``."""
+    kind, code = type(x), (OPS.index(op) if op in OPS else 255) << 8
     if kind is float:
-        return _FLOAT_RECORD.pack(FLOAT, x)
+        return _FLOAT_RECORD.pack(FLOAT | code, x)
     if kind is int and INT64_MIN <= x <= INT64_MAX:  # type: ignore[operator]  # x is an int here
-        return _INT_RECORD.pack(INT, x)
+        return _INT_RECORD.pack(INT | code, x)
     if kind is bool:
-        return _INT_RECORD.pack(BOOL, int(x))  # type: ignore[call-overload]  # x is a bool here
-    return _INT_RECORD.pack(OTHER, 0)
+        return _INT_RECORD.pack(BOOL | code, int(x))  # type: ignore[call-overload]  # x is a bool here
+    return _INT_RECORD.pack(OTHER | code, 0)
 
 
-def exchange(swap: Callable[[torch.Tensor, torch.Tensor], None], n: int, x: object) -> list[object] | None:
+def exchange(
+    swap: Callable[[torch.Tensor, torch.Tensor], None], ranks: Sequence[int], x: object, op: str
+) -> list[object] | None:
     """Every rank's number, in group rank order, through ``swap(out, send)`` (an all-to-all of
-    ``n`` equal parts); None when some rank sent ``OTHER`` (every rank sees the same)."""
+    equal parts); None when some rank sent ``OTHER`` (every rank sees the same). Ranks that
+    passed different ops all raise ``CollectiveMismatchError``."""
+    n = len(ranks)
     out = torch.empty(n * SIZE, dtype=torch.uint8)
-    swap(out, torch.frombuffer(bytearray(record(x) * n), dtype=torch.uint8))
+    swap(out, torch.frombuffer(bytearray(record(x, op) * n), dtype=torch.uint8))
     data = _string_at(out.data_ptr(), n * SIZE)
+    if any(data[at + 1] != data[1] for at in range(SIZE, n * SIZE, SIZE)):
+        said = ", ".join(f"rank {r} {_op(data[i * SIZE + 1])}" for i, r in enumerate(ranks))
+        raise CollectiveMismatchError(f"all_reduce got different ops on different ranks ({said}); pass the same op")
     values: list[object] = []
     for at in range(0, n * SIZE, SIZE):
         tag = data[at]
@@ -60,3 +70,7 @@ def exchange(swap: Callable[[torch.Tensor, torch.Tensor], None], n: int, x: obje
         else:
             return None
     return values
+
+
+def _op(code: int) -> str:
+    return OPS[code] if code < len(OPS) else "another op"

@@ -161,8 +161,8 @@ class NativeContext(DistContext[NativeComm]):
             return
         comm.allreduce(t, op)
 
-    def _numbers(self, comm: NativeComm, x: object) -> list[object] | None:
-        return _records.exchange(comm.alltoall_bytes, len(comm.ranks), x)
+    def _numbers(self, comm: NativeComm, x: object, op: str) -> list[object] | None:
+        return _records.exchange(comm.alltoall_bytes, comm.ranks, x, op)
 
     def _broadcast_tensor(self, t: torch.Tensor, src: int, comm: NativeComm) -> None:
         if self.backend == "gloo" and t.dtype in _GLOO_MISSING:
