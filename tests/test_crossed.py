@@ -50,16 +50,7 @@ def test_different_calls_give_every_rank_the_same_report() -> None:
     watches = _watches(["a tensor all_reduce of 16 bytes", "an all_reduce of a Python number"])
     first = watches[0].look(POST_AFTER, 4)  # alone so far: nothing yet
     assert first is None and watches[0].posted
-    said = [None, None]
-
-    def late(i: int, looks: int) -> None:
-        said[i] = watches[i].look(POST_AFTER + 1, looks)
-
-    threads = [threading.Thread(target=late, args=(1, 4)), threading.Thread(target=late, args=(0, 5))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    said = _post_all(watches)  # the other posts; the first reads the counter again
     assert said[0] == said[1] and said[0] is not None
     assert "rank 0: a tensor all_reduce of 16 bytes\n  rank 1: an all_reduce of a Python number" in said[0]
 

@@ -67,12 +67,24 @@ def watch(comm: NativeComm, what: str, tensors: Sequence[torch.Tensor]) -> Cross
     if store is None or len(comm.ranks) >= MAX_RANKS:
         return None
     if crossing is not None and crossing.posted:  # its call is over here, and so on every rank
-        comm.guard.forget(crossing.keys)
+        _forget(comm.guard.written, store, crossing.keys)
     prefix = f"crossed/{comm.key}/{seq}.{comm.lockstep.agreed}"
     line = describe(what, tensors, comm.calling)
-    comm.crossing = crossing = Crossing(store, prefix, seq, comm.ranks, comm.group_rank, line)
+    comm.crossing = crossing = Crossing(store, prefix, seq, comm.ranks, comm.group_rank, line, comm.guard.written)
     comm.guard.written.extend(f"guard/{key}" for key in crossing.keys)  # deleted at close, else by forget
     return crossing
+
+
+def _forget(written: list[str], store: Store, keys: Sequence[str]) -> None:
+    """Delete a watch's keys now, not at close: nobody reads them any more (one bounded thread)."""
+
+    def delete() -> bool:
+        for key in keys:
+            store.delete_key(key)
+        return True
+
+    if bounded(delete, 1.0):
+        written[:] = [w for w in written if w.removeprefix("guard/") not in keys]
 
 
 def _hash(line: str) -> int:
@@ -91,6 +103,8 @@ class Crossing:
     ranks: tuple[int, ...]
     group_rank: int
     line: str
+    #: the guard's list of the keys to delete at close
+    written: list[str] = attrs.Factory(list)
     posted_at: int = -1
     next_read: int = -1
 
@@ -99,10 +113,9 @@ class Crossing:
         return self.posted_at >= 0
 
     @property
-    def keys(self) -> tuple[str, ...]:
-        """The counter, the lines, and the tally of the ranks that concluded."""
-        seen = Tally(self.store, f"{self.prefix}/seen", len(self.ranks))
-        return (f"{self.prefix}/n", f"{self.prefix}/calls", *seen.keys)
+    def keys(self) -> tuple[str, str]:
+        """The counter and the lines (a conclusion's tally adds its keys to ``written``)."""
+        return (f"{self.prefix}/n", f"{self.prefix}/calls")
 
     def look(self, waited: float, looks: int) -> str | None:
         """At the ``looks``-th look of a wait of ``waited`` seconds: the report when every rank of
@@ -134,6 +147,7 @@ class Crossing:
         # every rank concludes before any drops the group: a rank woken by a dropped group would
         # have to read the store, which may leave with the rank that hosts it
         seen = Tally(self.store, f"{self.prefix}/seen", len(self.ranks))
+        self.written.extend(f"guard/{key}" for key in seen.keys)  # the group is broken: deleted at close
         bounded(lambda: seen.arrive(self.group_rank, listed=False) and seen.wait(ACK_WAIT), ACK_WAIT + 2.0)
         return report(self.ranks, said.decode("utf-8", "replace"))
 

@@ -17,7 +17,6 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from functools import partial
 from typing import TYPE_CHECKING
 
 import attrs
@@ -202,12 +201,6 @@ class Guard:
         if key != self._told and bounded(lambda: store.check([key]), 1.0):
             self._told = key
             bounded(lambda: store.add(key, len(comm.ranks) + 1), 1.0)
-
-    def forget(self, keys: Sequence[str]) -> None:
-        """Delete ``keys`` (under this guard) now, not at close: nobody reads them any more."""
-        if (store := self.store) is not None:
-            gone = {f"guard/{k}" for k in keys if bounded(partial(store.delete_key, k), 1.0) is not None}
-            self.written[:] = [w for w in self.written if w not in gone]
 
     def publish_broken(self, reason: str) -> None:
         """Mark the group broken here and tell the peers why (the first reason stays)."""

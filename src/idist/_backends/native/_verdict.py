@@ -8,8 +8,10 @@ with its node, and a call on a store cut off by a partition never returns by its
 
 from __future__ import annotations
 
+import atexit
 import enum
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -121,7 +123,29 @@ def bounded(fn: Callable[[], R], seconds: float) -> R | None:
     t = threading.Thread(target=run, daemon=True, name="idist-guard-store")
     t.start()
     t.join(seconds)
+    if t.is_alive():
+        _outlived(t)
     return out[0] if out else None
+
+
+#: store calls that outlived their bound; joined at exit (see ``_join_at_exit``)
+_OUTLIVED: list[threading.Thread] = []
+#: how long the interpreter's exit waits for them, in all
+EXIT_WAIT = 10.0
+
+
+def _outlived(t: threading.Thread) -> None:
+    if not _OUTLIVED:
+        atexit.register(_join_at_exit)
+    _OUTLIVED[:] = [*(x for x in _OUTLIVED if x.is_alive()), t]
+
+
+def _join_at_exit() -> None:
+    """Wait for store calls still in flight: a daemon thread that is inside torch's C++ when the
+    interpreter ends is unwound through code that cannot unwind, and the process aborts."""
+    deadline = time.monotonic() + EXIT_WAIT
+    for t in list(_OUTLIVED):
+        t.join(max(0.0, deadline - time.monotonic()))
 
 
 def read(store: Store, key: str) -> str:
