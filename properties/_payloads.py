@@ -8,6 +8,7 @@ tests/test_collectives_gloo.py; a module of its own so that rank processes impor
 from __future__ import annotations
 
 import enum
+import os
 from typing import Any
 
 
@@ -34,3 +35,16 @@ class Bomb:
 
 def _explode() -> None:
     raise RuntimeError("this payload refuses to unpickle")
+
+
+class LoadsOnRankZero:
+    """Pickles anywhere, unpickles only where ``RANK`` is 0 (a class the other ranks cannot import)."""
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        return (_rank_zero_only, (42,))
+
+
+def _rank_zero_only(value: int) -> int:
+    if os.environ.get("RANK") != "0":
+        raise RuntimeError("this rank cannot load the payload")
+    return value

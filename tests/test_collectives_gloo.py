@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from properties._payloads import Bomb, Color, Mode, Perm
+from properties._payloads import Bomb, Color, LoadsOnRankZero, Mode, Perm
 
 import idist
 from multiproc import run_ranks
@@ -231,6 +231,10 @@ def _issue_cases(rank: int) -> dict[str, Any]:
     ctx = case("unpickle")
     out["unpickle_bcast"] = _outcome(lambda: ctx.broadcast(Bomb() if rank == 0 else None, 0))[:2]
     out["unpickle_gather"] = _outcome(lambda: ctx.all_gather(Bomb() if rank == 1 else "fine"))[:2]
+    # ... and one that loads on src only: src may not return while the others raise
+    out["loads_on_src_bcast"] = _outcome(lambda: ctx.broadcast(LoadsOnRankZero() if rank == 0 else None, 0))
+    out["loads_on_src_gather"] = _outcome(lambda: ctx.all_gather(LoadsOnRankZero() if rank == 0 else "fine"))
+    out["loads_on_src_after"] = _outcome(lambda: ctx.all_gather(rank))
     out["unpicklable_src1"] = _outcome(lambda: ctx.broadcast(threading.Lock() if rank == 1 else None, 1))
     out["unpickle_value"] = _outcome(lambda: ctx.all_gather(idist.CollectiveInputError("a value, not an error")))
     out["unpickle_after"] = _outcome(lambda: ctx.all_gather(rank))
@@ -245,6 +249,9 @@ def _issue_cases(rank: int) -> dict[str, Any]:
         got = _outcome(lambda v=v, name=name: ctx.all_reduce(v, "OR" if name == "bool_or" else "SUM"))
         out[f"np_{name}"] = (got[0], type(got[1]).__name__, got[1].item() if hasattr(got[1], "item") else got[1])
     out["np_mixed"] = _outcome(lambda: ctx.all_reduce(np.int64(2) if rank == 0 else 3))
+    for name, v in {"f32": np.float32(1.5 + rank), "i64": np.int64(3 + rank)}.items():  # AVERAGE keeps a float type
+        got = _outcome(lambda v=v: ctx.all_reduce(v, "AVERAGE"))
+        out[f"np_avg_{name}"] = (got[0], type(got[1]).__name__, got[1].item() if hasattr(got[1], "item") else got[1])
     for i in range(3):  # the pair, then the gather, then the pair again
         got = _outcome(lambda: ctx.all_reduce(0 if rank == 0 else 1.5))
         out[f"int_float_{i}"] = (got[0], type(got[1]).__name__, got[1])
@@ -329,6 +336,12 @@ def test_a_payload_that_does_not_unpickle_raises_on_every_rank(issue_rows: list[
     for r in issue_rows:
         assert r["unpickle_bcast"] == ("err", "UnsupportedValueError"), r["unpickle_bcast"]
         assert r["unpickle_gather"] == ("err", "UnsupportedValueError"), r["unpickle_gather"]
+    for call in ("bcast", "gather"):  # loads on rank 0 only: every rank raises the same
+        got = [r[f"loads_on_src_{call}"] for r in issue_rows]
+        assert got[0] == got[1] and got[0][:2] == ("err", "UnsupportedValueError"), got
+        assert "rank 1 could not load it" in got[0][2], got
+    for r in issue_rows:
+        assert r["loads_on_src_after"] == ("ok", [0, 1]), r["loads_on_src_after"]
         got = r["unpicklable_src1"]  # the error names src, whatever its place in the group
         assert got[:2] == ("err", "UnsupportedValueError") and "failed on rank 1" in got[2], got
         # an exception object is a value like any other
@@ -345,6 +358,7 @@ def test_numpy_scalars_reduce_like_the_python_numbers_they_stand_for(issue_rows:
         assert r["np_bool_or"] == ("ok", "bool", True)
         assert r["np_i32_max"][0] == "err" and r["np_i32_max"][2] == "ReduceOverflowError", r["np_i32_max"]
         assert r["np_mixed"] == ("ok", 5) and type(r["np_mixed"][1]) is int
+        assert r["np_avg_f32"] == ("ok", "float32", 2.0) and r["np_avg_i64"] == ("ok", "float", 3.5)
         # an int on one rank and a float on another reduce as floats, the same on every rank
         assert [r[f"int_float_{i}"] for i in range(3)] == [("ok", "float", 1.5)] * 3
         assert r["int_float_avg"] == ("ok", 1.5)

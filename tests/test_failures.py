@@ -90,6 +90,13 @@ def test_different_collectives_checked_raise_a_table_on_every_rank() -> None:
         assert took < 10
 
 
+def test_different_collectives_unchecked_raise_the_same_error_on_every_rank() -> None:
+    (n0, m0, t0), (n1, m1, t1) = run_ranks(_different_collectives, 2, False, timeout=90)
+    assert n0 == n1 == "CollectiveMismatchError" and m0 == m1, (m0, m1)
+    assert "rank 0: a tensor all_reduce of 16 bytes" in m0 and "rank 1: an all_gather" in m0, m0
+    assert t0 < 10 and t1 < 10
+
+
 def _ragged(rank: int, checked: bool) -> tuple[str, str, float]:
     ctx = idist.initialize("gloo", timeout=20, checked=checked)
     with ctx.timeout(10):

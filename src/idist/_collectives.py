@@ -197,7 +197,10 @@ def broadcast(ctx: DistContext[CommT], comm: CommT, x: object, src: int) -> obje
         _speculative.remember(pipe, gsrc, seen)
     if tag is not _frame.Tag.TENSOR:
         # src decodes its own frame too when it is a pickle or an error: every rank raises alike
-        value = _exchange.decode_from(buf, src, "broadcast") if not me or tag in _SRC_DECODES else x
+        if tag is _frame.Tag.PICKLE and comm.confirms:  # ... also when only some ranks cannot load it
+            value = _exchange.confirmed(comm, lambda: _exchange.decode_from(buf, src, "broadcast"))
+        else:
+            value = _exchange.decode_from(buf, src, "broadcast") if not me or tag in _SRC_DECODES else x
         return x if me else value
     if landed is not None and seen == expected:  # the data came with the header
         return x if me or landed is x else _received(x, landed)

@@ -11,16 +11,18 @@ length and a second round moves everything with a slot that fits.
 from __future__ import annotations
 
 import ctypes
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 import attrs
 import torch
 
-from ._codec import decode, decode_error
+from ._codec import decode, decode_error, encode, encode_error
 from ._errors import UnsupportedValueError
 from ._frame import LENGTH, Frame, Tag, frame_length, peek
 
 MIN_SLOT = 64
+T = TypeVar("T")
 _string_at = ctypes.string_at
 _memmove = ctypes.memmove
 
@@ -65,6 +67,12 @@ class Comm(Protocol):
     lockstep: LockStep
     #: large send and receive buffers kept from call to call (see ``_buffer``)
     scratch: dict[str, torch.Tensor]
+
+    @property
+    def confirms(self) -> bool:
+        """Whether a pickle that some ranks could not load costs one more round, so that every
+        rank raises (``confirmed``); not where ranks outside a group take part (XLA)."""
+        ...
 
     def allgather_bytes(self, buf: torch.Tensor) -> torch.Tensor:
         """Gather equal-sized CPU uint8 buffers; returns ``size * len(buf)`` bytes (CPU)."""
@@ -196,7 +204,29 @@ def decode_all(comm: Comm, bufs: list[torch.Tensor], what: str) -> list[object]:
     for rank, buf in pairs:  # the first error in rank order, before any value is decoded
         if peek(buf)[0] is Tag.ERROR:
             decode_from(buf, rank, what)
+    if comm.confirms and any(peek(buf)[0] is Tag.PICKLE for _, buf in pairs):  # every rank sees the same tags
+        return confirmed(comm, lambda: [decode_from(buf, rank, what) for rank, buf in pairs])
     return [decode_from(buf, rank, what) for rank, buf in pairs]
+
+
+def confirmed(comm: Comm, decode: Callable[[], T]) -> T:
+    """``decode()`` on every rank, then one more round in which each says whether it could: a
+    pickle may load on some ranks only (a class that one rank cannot import), and no rank may
+    return while another raises. A byte a rank; the failures' frames only when one failed."""
+    error: UnsupportedValueError | None = None
+    try:
+        value = decode()
+    except UnsupportedValueError as exc:
+        error = exc
+    failed = comm.allgather_bytes(torch.tensor([error is not None], dtype=torch.uint8))
+    if error is None and not bool(failed.any()):
+        return value
+    said = gather_frames(comm, encode_error(error) if error is not None else encode(None))
+    for rank, buf in zip(comm.ranks, said, strict=False):  # the first in rank order, on every rank
+        if peek(buf)[0] is Tag.ERROR:
+            shipped = decode_error(buf)
+            raise type(shipped)(f"{shipped}; rank {rank} could not load it")
+    raise AssertionError("a rank said it failed and shipped no error")
 
 
 def decode_from(buf: torch.Tensor, rank: int, what: str) -> object:

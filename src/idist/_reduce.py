@@ -174,7 +174,11 @@ def fold_values(op: str, values: Sequence[object]) -> object:
     )
     result = numbers[0] if len(numbers) == 1 else reduce(_FOLDS[op], numbers)
     if op == "AVERAGE":  # of ints too: the exact sum, divided once (x / 1 would quiet a signalling NaN)
-        return result / len(values) if len(values) > 1 else float(result)
+        mean = result / len(values) if len(values) > 1 else float(result)
+        passed = {type(v) for v in values}
+        if only is not None or not all(issubclass(t, np.floating) for t in passed):
+            return mean  # a mean of ints is a float, numpy's too
+        return _as_type(passed, mean, op)
     if kind == "bool":
         result = bool(result)
     elif kind == "int" and not INT64_MIN <= result <= INT64_MAX:

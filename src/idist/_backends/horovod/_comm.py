@@ -37,12 +37,17 @@ class HorovodComm:
     process_set: ProcessSet
     ranks: tuple[int, ...]
     group_rank: int
-    #: slot, number-sum mode, broadcast guesses and the all_reduce counter (``seq``, modulo
+    #: slot, broadcast guesses and the all_reduce counter (``seq``, modulo
     #: ``AR_NAMES``): the same on every member
     lockstep: LockStep = attrs.Factory(LockStep)
     scratch: dict[str, torch.Tensor] = attrs.Factory(dict)
     #: device types on which Horovod said it has no Adasum kernel (a gloo-only build): emulated
     no_native_adasum: set[str] = attrs.Factory(set)
+
+    @property
+    def confirms(self) -> bool:
+        """A pickle some ranks cannot load costs one more round (``_exchange.confirmed``)."""
+        return True
 
     def _name(self, kind: str, key: str) -> str:
         return f"idist.{kind}.{self.process_set.process_set_id}.{key}"

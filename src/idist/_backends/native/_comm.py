@@ -48,7 +48,7 @@ class NativeComm:
     guard: Guard
     #: where tensors must live for this backend (cuda for nccl), None for anywhere
     stage: torch.device | None = None
-    #: slot, number-sum mode, broadcast guesses, collective and agreement counters (see ``LockStep``)
+    #: slot, broadcast guesses, collective and agreement counters (see ``LockStep``)
     lockstep: LockStep = attrs.Factory(LockStep)
     scratch: dict[str, torch.Tensor] = attrs.Factory(dict)
     #: this group's namespace in the store (see _guard)
@@ -70,6 +70,11 @@ class NativeComm:
     calling: str | None = None
     #: the watch for crossed calls of the call now waiting long (see ``_crossed``), else of an earlier one
     crossing: Crossing | None = None
+
+    @property
+    def confirms(self) -> bool:
+        """A pickle some ranks cannot load costs one more round (``_exchange.confirmed``)."""
+        return True
 
     def _mark(self, what: str | None) -> None:
         """Count this backend call; with stall marks on, note it (None: that it returned) for the launcher."""
@@ -159,23 +164,27 @@ class NativeComm:
             traceback.clear_frames(exc.__traceback__)  # their work objects hold the group's connections
         call = self.calling or call
         guard = self.guard
-        crossing = self.crossing
-        if lost is None and crossing is not None and crossing.seq == self.lockstep.seq:
-            lost = crossing.conclude()  # a peer that found the crossing first dropped the group
         if isinstance(lost, str):  # every rank waits in another collective: each read the same report
-            verdict = Verdict(call, self.ranks, Fault.MISMATCH, why=lost)
-            self.release(verdict.reason, stuck=True)
-            guard.broken = guard.broken or verdict.reason
-            return verdict.error()
+            return self._crossed(call, lost)
         # woken by a peer's failure: what liveness knows (a store cut off) needs no store call
         known = lost if lost is not None or exc is None else guard.lost(self.ranks)
         verdict = guard.judge(self, call, exc, known, time.monotonic() - began)
         tell = known is None and verdict.fault is not Fault.BROKEN
         tallies = guard.count_in(self) if tell else None  # before the release that wakes the peers
+        crossing = self.crossing  # posted by this wait: a peer that found the crossing first dropped the group
+        if lost is None and crossing is not None and crossing.seq == self.lockstep.seq:
+            if (said := crossing.conclude()) is not None:
+                return self._crossed(call, said)
         self.release(verdict.reason, stuck=lost is not None)
         if tell:
             verdict = guard.report(self, verdict, tallies)
         guard.broken = guard.broken or verdict.reason
+        return verdict.error()
+
+    def _crossed(self, call: str, said: str) -> IdistError:
+        verdict = Verdict(call, self.ranks, Fault.MISMATCH, why=said)
+        self.release(verdict.reason, stuck=True)
+        self.guard.broken = self.guard.broken or verdict.reason
         return verdict.error()
 
     def release(self, reason: str, stuck: bool = False) -> None:

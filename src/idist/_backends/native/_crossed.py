@@ -22,7 +22,7 @@ from torch._C._distributed_c10d import Store
 
 from ._pulse import read1
 from ._tally import Tally
-from ._verdict import bounded
+from ._verdict import Request, bounded
 
 if TYPE_CHECKING:
     from ._comm import NativeComm
@@ -76,15 +76,15 @@ def watch(comm: NativeComm, what: str, tensors: Sequence[torch.Tensor]) -> Cross
 
 
 def _forget(written: list[str], store: Store, keys: Sequence[str]) -> None:
-    """Delete a watch's keys now, not at close: nobody reads them any more (one bounded thread)."""
+    """Delete a watch's keys now, not only at close: nobody reads them any more."""
 
     def delete() -> bool:
         for key in keys:
             store.delete_key(key)
         return True
 
-    if bounded(delete, 1.0):
-        written[:] = [w for w in written if w.removeprefix("guard/") not in keys]
+    Request(delete)  # not waited for (a store that does not answer keeps them: it is gone)
+    written[:] = [w for w in written if w.removeprefix("guard/") not in keys]
 
 
 def _hash(line: str) -> int:
@@ -107,6 +107,8 @@ class Crossing:
     written: list[str] = attrs.Factory(list)
     posted_at: int = -1
     next_read: int = -1
+    #: the post or read in flight: the wait never waits for the store, it collects at a later look
+    request: Request[int] | None = None
 
     @property
     def posted(self) -> bool:
@@ -119,18 +121,20 @@ class Crossing:
 
     def look(self, waited: float, looks: int) -> str | None:
         """At the ``looks``-th look of a wait of ``waited`` seconds: the report when every rank of
-        the group waits here and their calls differ, else None. Each step bounded (the store may be gone)."""
-        if self.posted_at < 0:
-            if waited < POST_AFTER:
+        the group waits here and their calls differ, else None. The store requests run in threads
+        of their own: a look starts one or collects the last (a slow store never delays the wait)."""
+        request = self.request
+        if request is not None:
+            if not request.done:
                 return None
-            total = bounded(self._post, 2.0)
-            self.posted_at, self.next_read = looks, looks + 1
-        elif looks >= self.next_read:  # every look at first (a peer that concluded waits for this one)
+            self.request = None
+            return self._judge(request.value)
+        if self.posted_at < 0 and waited >= POST_AFTER:
+            self.request, self.posted_at, self.next_read = Request(self._post), looks, looks + 1
+        elif self.posted and looks >= self.next_read:  # every look at first (a rank that concluded waits)
             self.next_read = looks + 1 + (looks - self.posted_at) // 4
-            return self.conclude()
-        else:
-            return None
-        return self._judge(total)
+            self.request = Request(lambda: self.store.add(self.keys[0], 0))
+        return None
 
     def conclude(self) -> str | None:
         """Once posted: the report, when every rank posted and the calls differ (a wait that ended

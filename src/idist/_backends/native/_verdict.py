@@ -13,7 +13,7 @@ import enum
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import attrs
 from torch._C._distributed_c10d import Store
@@ -112,20 +112,36 @@ def first_line(exc: BaseException) -> str:
 
 def bounded(fn: Callable[[], R], seconds: float) -> R | None:
     """``fn()`` in a daemon thread, given ``seconds``; None when it fails or does not return."""
-    out: list[R] = []
+    request = Request(fn)
+    request.thread.join(seconds)
+    if not request.done:
+        _outlived(request.thread)
+    return request.value
 
-    def run() -> None:
-        try:
-            out.append(fn())
-        except Exception:  # noqa: S110 - the store may be gone with the node that hosted it
-            pass
 
-    t = threading.Thread(target=run, daemon=True, name="idist-guard-store")
-    t.start()
-    t.join(seconds)
-    if t.is_alive():
-        _outlived(t)
-    return out[0] if out else None
+class Request(Generic[R]):
+    """``fn()`` in a daemon thread of its own, started now: ``value`` once ``done`` (None when it
+    failed). One that outlives the caller's interest is still joined at exit (``_outlived``)."""
+
+    def __init__(self, fn: Callable[[], R]) -> None:
+        self._out: list[R] = []
+
+        def run() -> None:
+            try:
+                self._out.append(fn())
+            except Exception:  # noqa: S110 - the store may be gone with the node that hosted it
+                pass
+
+        self.thread = threading.Thread(target=run, daemon=True, name="idist-guard-store")
+        self.thread.start()
+
+    @property
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+    @property
+    def value(self) -> R | None:
+        return self._out[0] if self._out else None
 
 
 #: store calls that outlived their bound; joined at exit (see ``_join_at_exit``)

@@ -28,6 +28,11 @@ class XlaComm:
     scratch: dict[str, torch.Tensor] = attrs.Factory(dict)
 
     @property
+    def confirms(self) -> bool:
+        """No round confirms a pickle (``_exchange.confirmed``): bystanders gather without decoding."""
+        return False
+
+    @property
     def bystander(self) -> bool:
         return self.group_rank < 0
 
