@@ -29,6 +29,8 @@ WORKLOADS: dict[str, Callable[[idist.NativeContext], object]] = {
     "all_reduce float": lambda ctx: ctx.all_reduce(0.5),
     "all_gather tensor 1000": lambda ctx: ctx.all_gather(torch.ones(1000)),
     "broadcast str 10": lambda ctx: ctx.broadcast("0123456789" if ctx.rank == 0 else None),
+    # a pickle: checked mode also confirms that every rank could load it (one more round)
+    "broadcast dict": lambda ctx: ctx.broadcast({"step": 7, "lr": 0.1} if ctx.rank == 0 else None),
     "barrier": lambda ctx: ctx.barrier(),
 }
 

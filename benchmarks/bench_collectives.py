@@ -166,16 +166,25 @@ def _workloads(rank: int, ws: int) -> list[h.Workload]:
     # broadcast of a Python float, receivers pass None
     mine = 0.1 if rank == 0 else None
 
-    def raw_bcast_obj() -> object:
+    def raw_bcast_obj(mine: object = mine) -> object:
         box = [mine]
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
     add(h.Workload(
         "broadcast(float), None receivers",
-        {"raw": raw_bcast_obj, "ignite": lambda: ign.broadcast(mine, src=0, safe_mode=True),
+        {"raw": lambda: raw_bcast_obj(), "ignite": lambda: ign.broadcast(mine, src=0, safe_mode=True),
          "idist": lambda: idist.broadcast(mine, src=0)},
         check=lambda _, v: None if v == 0.1 and type(v) is float else f"inexact: got {v!r}",
+    ))  # fmt: skip
+
+    # broadcast of a dict (a pickle), receivers pass None
+    mine_d = {"step": 7, "lr": 0.1, "tag": "epoch-1"} if rank == 0 else None
+    add(h.Workload(
+        "broadcast(dict), None receivers",
+        {"raw": lambda: raw_bcast_obj(mine_d), "idist": lambda: idist.broadcast(mine_d, src=0)},
+        check=lambda _, v: None if v == {"step": 7, "lr": 0.1, "tag": "epoch-1"} else f"wrong: got {v!r}",
+        notes={"ignite": "n/a: ignite broadcasts tensors, numbers and str only"},
     ))  # fmt: skip
 
     # tensor broadcast into same-shape receivers: 64 KiB (the smallest sent apart from its

@@ -231,13 +231,21 @@ def _issue_cases(rank: int) -> dict[str, Any]:
     ctx = case("unpickle")
     out["unpickle_bcast"] = _outcome(lambda: ctx.broadcast(Bomb() if rank == 0 else None, 0))[:2]
     out["unpickle_gather"] = _outcome(lambda: ctx.all_gather(Bomb() if rank == 1 else "fine"))[:2]
-    # ... and one that loads on src only: src may not return while the others raise
-    out["loads_on_src_bcast"] = _outcome(lambda: ctx.broadcast(LoadsOnRankZero() if rank == 0 else None, 0))
-    out["loads_on_src_gather"] = _outcome(lambda: ctx.all_gather(LoadsOnRankZero() if rank == 0 else "fine"))
+    # ... and one that loads on src only: unchecked, the ranks that cannot load it raise alone
+    out["loads_on_src_bcast"] = _outcome(lambda: type(ctx.broadcast(LoadsOnRankZero() if rank == 0 else None, 0)))
+    out["loads_on_src_gather"] = _outcome(
+        lambda: [type(v) for v in ctx.all_gather(LoadsOnRankZero() if rank == 0 else "")]
+    )
     out["loads_on_src_after"] = _outcome(lambda: ctx.all_gather(rank))
     out["unpicklable_src1"] = _outcome(lambda: ctx.broadcast(threading.Lock() if rank == 1 else None, 1))
     out["unpickle_value"] = _outcome(lambda: ctx.all_gather(idist.CollectiveInputError("a value, not an error")))
     out["unpickle_after"] = _outcome(lambda: ctx.all_gather(rank))
+    ctx.close()
+    # checked mode confirms a pickle in one more round: src may not return while the others raise
+    ctx = fresh_context(rank, 2, "unpickle-checked", checked=True)
+    out["checked_loads_on_src_bcast"] = _outcome(lambda: ctx.broadcast(LoadsOnRankZero() if rank == 0 else None, 0))
+    out["checked_loads_on_src_gather"] = _outcome(lambda: ctx.all_gather(LoadsOnRankZero() if rank == 0 else "f"))
+    out["checked_loads_on_src_after"] = _outcome(lambda: ctx.all_gather(rank))
     ctx.close()
 
     # 11: numpy scalars, and ints mixed with floats (issue 35, item 4)
@@ -336,12 +344,18 @@ def test_a_payload_that_does_not_unpickle_raises_on_every_rank(issue_rows: list[
     for r in issue_rows:
         assert r["unpickle_bcast"] == ("err", "UnsupportedValueError"), r["unpickle_bcast"]
         assert r["unpickle_gather"] == ("err", "UnsupportedValueError"), r["unpickle_gather"]
-    for call in ("bcast", "gather"):  # loads on rank 0 only: every rank raises the same
-        got = [r[f"loads_on_src_{call}"] for r in issue_rows]
+    for call in ("bcast", "gather"):  # loads on rank 0 only
+        # unchecked: no round confirms it, rank 1 raises alone and the next call pairs right
+        rank0, rank1 = (r[f"loads_on_src_{call}"] for r in issue_rows)
+        assert rank0 == ("ok", LoadsOnRankZero if call == "bcast" else [int, str]), rank0  # it loads as 42
+        assert rank1[:2] == ("err", "UnsupportedValueError"), rank1
+        # checked: every rank raises the same
+        got = [r[f"checked_loads_on_src_{call}"] for r in issue_rows]
         assert got[0] == got[1] and got[0][:2] == ("err", "UnsupportedValueError"), got
         assert "rank 1 could not load it" in got[0][2], got
     for r in issue_rows:
         assert r["loads_on_src_after"] == ("ok", [0, 1]), r["loads_on_src_after"]
+        assert r["checked_loads_on_src_after"] == ("ok", [0, 1]), r["checked_loads_on_src_after"]
         got = r["unpicklable_src1"]  # the error names src, whatever its place in the group
         assert got[:2] == ("err", "UnsupportedValueError") and "failed on rank 1" in got[2], got
         # an exception object is a value like any other

@@ -71,7 +71,7 @@ class Comm(Protocol):
     @property
     def confirms(self) -> bool:
         """Whether a pickle that some ranks could not load costs one more round, so that every
-        rank raises (``confirmed``); not where ranks outside a group take part (XLA)."""
+        rank raises (``confirmed``): checked mode only, as the round doubles a small pickled call."""
         ...
 
     def allgather_bytes(self, buf: torch.Tensor) -> torch.Tensor:

@@ -73,8 +73,8 @@ class NativeComm:
 
     @property
     def confirms(self) -> bool:
-        """A pickle some ranks cannot load costs one more round (``_exchange.confirmed``)."""
-        return True
+        """Checked mode pays one more round for a pickle some ranks cannot load (``_exchange.confirmed``)."""
+        return self.guard.checked
 
     def _mark(self, what: str | None) -> None:
         """Count this backend call; with stall marks on, note it (None: that it returned) for the launcher."""
