@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import torch.distributed as dist
 
@@ -60,3 +63,17 @@ def test_a_group_names_its_global_ranks() -> None:
     said = _post_all([Crossing(store, "p", 1, (3, 5), r, line) for r, line in enumerate(["a", "b"])])
     assert said[0] == said[1] and said[0] is not None
     assert "rank 3: a\n  rank 5: b" in said[0]
+
+
+def test_a_store_request_still_running_at_exit_is_waited_for(tmp_path: Path) -> None:
+    # a watch's request is not waited for by the wait; the interpreter must not end inside it
+    # (a daemon thread in torch's C++ at exit aborts the process), whether or not it was bounded
+    marker = tmp_path / "done"
+    code = (
+        "import time\n"
+        "from idist._backends.native._verdict import Request\n"
+        f"Request(lambda: time.sleep(0.5) or open({str(marker)!r}, 'w').close())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert marker.is_file()

@@ -114,14 +114,12 @@ def bounded(fn: Callable[[], R], seconds: float) -> R | None:
     """``fn()`` in a daemon thread, given ``seconds``; None when it fails or does not return."""
     request = Request(fn)
     request.thread.join(seconds)
-    if not request.done:
-        _outlived(request.thread)
     return request.value
 
 
 class Request(Generic[R]):
     """``fn()`` in a daemon thread of its own, started now: ``value`` once ``done`` (None when it
-    failed). One that outlives the caller's interest is still joined at exit (``_outlived``)."""
+    failed). One still running when the interpreter exits is joined then (``_join_at_exit``)."""
 
     def __init__(self, fn: Callable[[], R]) -> None:
         self._out: list[R] = []
@@ -134,6 +132,7 @@ class Request(Generic[R]):
 
         self.thread = threading.Thread(target=run, daemon=True, name="idist-guard-store")
         self.thread.start()
+        _in_flight(self.thread)
 
     @property
     def done(self) -> bool:
@@ -144,23 +143,23 @@ class Request(Generic[R]):
         return self._out[0] if self._out else None
 
 
-#: store calls that outlived their bound; joined at exit (see ``_join_at_exit``)
-_OUTLIVED: list[threading.Thread] = []
+#: store calls started by a ``Request``, the finished ones pruned at each start; joined at exit
+_IN_FLIGHT: list[threading.Thread] = []
 #: how long the interpreter's exit waits for them, in all
 EXIT_WAIT = 10.0
 
 
-def _outlived(t: threading.Thread) -> None:
-    if not _OUTLIVED:
+def _in_flight(t: threading.Thread) -> None:
+    if not _IN_FLIGHT:
         atexit.register(_join_at_exit)
-    _OUTLIVED[:] = [*(x for x in _OUTLIVED if x.is_alive()), t]
+    _IN_FLIGHT[:] = [*(x for x in _IN_FLIGHT if x.is_alive()), t]
 
 
 def _join_at_exit() -> None:
     """Wait for store calls still in flight: a daemon thread that is inside torch's C++ when the
     interpreter ends is unwound through code that cannot unwind, and the process aborts."""
     deadline = time.monotonic() + EXIT_WAIT
-    for t in list(_OUTLIVED):
+    for t in list(_IN_FLIGHT):
         t.join(max(0.0, deadline - time.monotonic()))
 
 
