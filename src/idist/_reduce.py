@@ -155,7 +155,7 @@ def fold_values(op: str, values: Sequence[object]) -> object:
     included), else the Python type of the kind.
     """
     types = {type(v) for v in values}
-    only = _PYTHON_KINDS.get(types.pop()) if len(types) == 1 else None
+    only = _PYTHON_KINDS.get(next(iter(types))) if len(types) == 1 else None
     kinds = {only} if only is not None else {number_kind(v) for v in values}
     if len(kinds) > 1 and "bool" in kinds:
         names = ", ".join(sorted({type(v).__name__ for v in values}))
@@ -175,17 +175,16 @@ def fold_values(op: str, values: Sequence[object]) -> object:
     result = numbers[0] if len(numbers) == 1 else reduce(_FOLDS[op], numbers)
     if op == "AVERAGE":  # of ints too: the exact sum, divided once (x / 1 would quiet a signalling NaN)
         mean = result / len(values) if len(values) > 1 else float(result)
-        passed = {type(v) for v in values}
-        if only is not None or not all(issubclass(t, np.floating) for t in passed):
+        if only is not None or not all(issubclass(t, np.floating) for t in types):
             return mean  # a mean of ints is a float, numpy's too
-        return _as_type(passed, mean, op)
+        return _as_type(types, mean, op)
     if kind == "bool":
         result = bool(result)
     elif kind == "int" and not INT64_MIN <= result <= INT64_MAX:
         raise ReduceOverflowError(
             f"all_reduce({op}) of ints overflows int64 (exact result {result}); reduce float(x) or split the value"
         )
-    return result if only is not None else _as_type({type(v) for v in values}, result, op)
+    return result if only is not None else _as_type(types, result, op)
 
 
 def _as_type(types: set[type], result: int | float, op: str) -> object:
