@@ -31,13 +31,16 @@ def reference() -> dict[str, torch.Tensor]:
             idist.finalize()
 
 
-def same_model(finals: Sequence[dict[str, torch.Tensor]]) -> None:
-    """Each of ``finals`` (at least one) holds the reference's parameters, within float32 rounding."""
+def same_model(finals: Sequence[dict[str, torch.Tensor]], strategies: Sequence[str] = ("",)) -> None:
+    """Each of ``finals`` (at least one) holds the reference's parameters, within float32 rounding: once
+    per trained strategy, its keys prefixed ``<strategy>/`` (``elastic_fns.train(strategy="ddp,fsdp")``)."""
     assert finals, "no final parameters"
     for final in finals:
-        assert final.keys() == reference().keys()
-        for key, value in reference().items():
-            torch.testing.assert_close(final[key], value, rtol=1e-5, atol=1e-6, msg=key)
+        prefixes = [f"{s}/" if s else "" for s in strategies]
+        assert final.keys() == {p + key for p in prefixes for key in reference()}, final.keys()
+        for prefix in prefixes:
+            for key, value in reference().items():
+                torch.testing.assert_close(final[prefix + key], value, rtol=1e-5, atol=1e-6, msg=prefix + key)
 
 
 def finals(out: Path, count: int) -> list[dict[str, torch.Tensor]]:

@@ -64,23 +64,22 @@ def agents(tmp_path: Path) -> Iterator[Agents]:
         a.kill_all()
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_a_rank_that_raises_once_costs_one_restart_and_the_model_is_the_same(tmp_path: Path, strategy: str) -> None:
-    """One node: the same 2 ranks resume from step 6 (another world size: the lost node). Exactly one
-    restart: an FSDP rank that aborted at exit would spend the budget, and the job would fail.
+def test_a_rank_that_raises_once_costs_one_restart_and_the_model_is_the_same(tmp_path: Path) -> None:
+    """One node: the same 2 ranks resume from step 6 (another world size: the lost node), a DDP and an
+    FSDP model side by side, both ending as the uninterrupted run's. Exactly one restart: an FSDP rank
+    that aborted at exit would spend the budget, and the job would fail.
 
     A liveness limit of 10 s, which costs nothing here (the agent stops rank 0 once rank 1 has exited):
     with 2 s, rank 0 gave up on rank 1 while it still tore its interpreter down (over 2 s for an FSDP
     rank on a loaded machine), and the agent then named rank 1 as killed by its own SIGTERM."""
     args = ["-n", "2", "--max-restarts", "1", "--liveness", "10", "--rdzv-timeout", "60", TRAIN, str(tmp_path)]
-    args += ["--strategy", strategy]
-    args += ["--crash-step", "7", "--crash-rank", "1"]
+    args += ["--strategy", "ddp,fsdp", "--crash-step", "7", "--crash-rank", "1"]
     proc = run_py(["-m", "idist", "run", *args], env=clean_env(TMPDIR=str(tmp_path)), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "idist: restart 1 of 1: rank 1 (local rank 1 on node 0) exited with status 1" in proc.stderr
     assert "RuntimeError: injected failure at step 7" in proc.stderr
     assert attempts(tmp_path) == ["attempt0-world2-from0", "attempt1-world2-from6"]  # the last checkpoint: step 6
-    same_model(finals(tmp_path, 1))
+    same_model(finals(tmp_path, 1), ("ddp", "fsdp"))
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("idist-elastic")]  # its logs are removed
 
 
@@ -106,18 +105,15 @@ def test_a_rank_that_raised_is_named_with_its_own_exit_even_when_a_peer_is_out_f
     assert "SIGTERM" not in proc.stderr
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_a_lost_node_costs_one_restart_and_the_rest_finish_with_the_same_model(
-    tmp_path: Path, agents: Agents, strategy: str
-) -> None:
-    """2 nodes x 2 ranks; node 1 (agent and ranks) is killed at step 6 while node 0's ranks save that step's
-    checkpoint: it is never published, and node 0 goes on with 2 ranks from step 4's (saved on 4 ranks;
-    under FSDP, resharded from 4 shards to 2). One restart only: an FSDP rank that aborted at exit
-    ("terminate called without an active exception") would need a second.
+def test_a_lost_node_costs_one_restart_and_the_rest_finish_with_the_same_model(tmp_path: Path, agents: Agents) -> None:
+    """2 nodes x 2 ranks, a DDP and an FSDP model side by side; node 1 (agent and ranks) is killed at step 6
+    while node 0's ranks save that step's checkpoint: it is never published, and node 0 goes on with 2 ranks
+    from step 4's (saved on 4 ranks; the FSDP model resharded from 4 shards to 2). One restart only: an FSDP
+    rank that aborted at exit ("terminate called without an active exception") would need a second.
     """
     port = free_port()
     common = ["-n", "2", "--nnodes", "1:2", "--master-addr", "127.0.0.1", "--master-port", str(port), *FAST]
-    job = [TRAIN, str(tmp_path), "--strategy", strategy, "--stall-step", "6"]
+    job = [TRAIN, str(tmp_path), "--strategy", "ddp,fsdp", "--stall-step", "6"]
     node0 = agents.start([*common, "--max-restarts", "1", *job, "--hold-below", "4"], "node0")
     listening(port)
     node1 = agents.start([*common, *job], "node1", IDIST_TEST_VICTIM="1")
@@ -135,7 +131,7 @@ def test_a_lost_node_costs_one_restart_and_the_rest_finish_with_the_same_model(
         ["attempt0-world4-from0", "attempt1-world2-from4"],
         ["attempt0-world2-from0", "attempt0-world4-from0", "attempt1-world2-from4"],
     )
-    same_model(finals(tmp_path, 1))
+    same_model(finals(tmp_path, 1), ("ddp", "fsdp"))
     assert wait_gone(ranks) == [] and not alive(node1.pid)
 
 

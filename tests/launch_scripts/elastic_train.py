@@ -1,6 +1,6 @@
 """``elastic_fns.train`` as a script, for ``idist run`` and torchrun: the elastic tests' training run.
 
-``elastic_train.py OUT [--strategy ddp|fsdp] [--crash-step K --crash-rank R [--crash-always]]
+``elastic_train.py OUT [--strategy ddp|fsdp|ddp,fsdp] [--crash-step K --crash-rank R [--crash-always]]
 [--stall-step K [--stall-below W]] [--hold-below W]``: the options are ``elastic_fns.train``'s (resume
 from OUT/ckpt, the injected failure, the stalled ranks, the fresh start that waits for a joining node).
 Rank 0 writes the final parameters to OUT/final.pt.
