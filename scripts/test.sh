@@ -109,14 +109,27 @@ stage "package (scripts/check-package.sh)"
 bash scripts/check-package.sh
 
 # The lanes: each has its own venv and processes, so they run side by side when there is
-# room for both (the XLA property suite and 2 Horovod ranks take a few GiB each).
+# room for both (the XLA property suite and 2 Horovod ranks take a few GiB each). Each runs
+# with a temporary folder of its own, removed after it: torch before 2.10 leaves a folder in
+# it for every process that imports torch.distributed.nn and ends with os._exit (as
+# multiprocessing's children do), about 20 per XLA lane.
+run_lane() {
+  local tmp rc
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/idist-lane-$(basename "$1" .sh).XXXXXX")
+  set +e
+  TMPDIR=$tmp bash "$1"
+  rc=$?
+  set -e
+  rm -rf "$tmp"
+  return "$rc"
+}
 lanes=()
 for lane in scripts/lanes/*.sh; do [ -e "$lane" ] && lanes+=("$lane"); done
 avail_gib=$(awk '/^MemAvailable:/ {print int($2 / 1048576)}' /proc/meminfo)
 if [ "${IDIST_LANES_SERIAL:-0}" = 1 ] || [ "${#lanes[@]}" -lt 2 ] || [ "${avail_gib:-0}" -lt 12 ]; then
   for lane in ${lanes[@]+"${lanes[@]}"}; do
     stage "lane $(basename "$lane" .sh)"
-    bash "$lane"
+    run_lane "$lane"
   done
 else
   stage "lanes side by side (${lanes[*]}; ${avail_gib} GiB available)"
@@ -126,7 +139,7 @@ else
     (
       start=$SECONDS
       set +e
-      bash "$lane" 2>&1 | sed -u "s/^/[$name] /"
+      run_lane "$lane" 2>&1 | sed -u "s/^/[$name] /"
       rc=${PIPESTATUS[0]}
       echo "[$name] lane finished: exit status $rc, $((SECONDS - start))s"
       exit "$rc"
