@@ -19,14 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
-from torch._C._distributed_c10d import (
-    AllgatherOptions,
-    AllreduceOptions,
-    AllToAllOptions,
-    BarrierOptions,
-    BroadcastOptions,
-    Work,
-)
+from torch._C._distributed_c10d import Work
 from torch.futures import Future
 
 from . import _moves
@@ -243,7 +236,7 @@ class SimulatedGroup(_ProcessGroup):
         self._hub.meet(self._state, self._grank, key, payload, move, self._seconds(opts))
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
-        opts = opts if opts is not None else AllreduceOptions()
+        opts = opts if opts is not None else c10d.AllreduceOptions()
         op = opts.reduceOp.op
         if op not in _moves.OPS:
             raise TransportError(f"allreduce: gloo has no reduce op {op}")
@@ -253,14 +246,14 @@ class SimulatedGroup(_ProcessGroup):
         return _done(tensors)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
-        opts = opts if opts is not None else BroadcastOptions()
+        opts = opts if opts is not None else c10d.BroadcastOptions()
         for t in tensors:
             _moves.check(t, "broadcast")
         self._meet(("broadcast", opts.rootRank, len(tensors)), tensors, _moves.broadcast(opts.rootRank), opts)
         return _done(tensors)
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Work:
-        opts = opts if opts is not None else AllgatherOptions()
+        opts = opts if opts is not None else c10d.AllgatherOptions()
         if len(inputs) != 1 or len(outputs) != 1:
             raise TransportError("allgather: one input tensor per rank")
         _moves.check(inputs[0], "allgather")
@@ -268,7 +261,7 @@ class SimulatedGroup(_ProcessGroup):
         return _done(outputs)
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
-        opts = opts if opts is not None else AllgatherOptions()
+        opts = opts if opts is not None else c10d.AllgatherOptions()
         _moves.check(input, "allgather")
         self._meet(("allgather",), (output, input), _moves.allgather, opts)
         return _done([output])
@@ -277,7 +270,7 @@ class SimulatedGroup(_ProcessGroup):
         self, output: torch.Tensor, input: torch.Tensor, output_splits: list[int], input_splits: list[int],
         opts: Any = None,
     ) -> Work:  # fmt: skip
-        opts = opts if opts is not None else AllToAllOptions()
+        opts = opts if opts is not None else c10d.AllToAllOptions()
         if output_splits or input_splits:
             raise TransportError("alltoall: equal parts only (split sizes are not simulated)")
         _moves.check(input, "alltoall")
@@ -285,7 +278,7 @@ class SimulatedGroup(_ProcessGroup):
         return _done([output])
 
     def barrier(self, opts: Any = None) -> Work:
-        opts = opts if opts is not None else BarrierOptions()
+        opts = opts if opts is not None else c10d.BarrierOptions()
         self._meet(("barrier",), (), _moves.barrier, opts)
         return _done([])
 
