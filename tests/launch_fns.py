@@ -146,3 +146,32 @@ def fail_then_peer_fails(local_rank: int, out: str) -> None:
     time.sleep(0.3)
     Path(out, "rank0-reported").write_text("")
     raise RuntimeError("rank 0 failed because rank 1 did")
+
+
+def sees_mate_in_flight(local_rank: int) -> tuple[bool, bool]:
+    """Rank 0 waits in a barrier; rank 1 looks at the launcher's stall marks until rank 0 shows in
+    flight there, then joins it: (this rank has marks, rank 1 saw rank 0 in its call)."""
+    from idist import _marks
+
+    ctx = idist.current()
+    marks = _marks.from_env(os.environ)
+    seen = False
+    if local_rank == 1 and marks is not None:
+        deadline = time.monotonic() + 60
+        while not seen and time.monotonic() < deadline:
+            seen = 0 in marks.in_call(range(1, 100), "world", list(range(ctx.world_size)))
+            time.sleep(0.02)
+    ctx.barrier()
+    return marks is not None, seen
+
+
+def master_port_held(local_rank: int) -> bool:
+    """Before anything binds this rank's MASTER_PORT: is it held for it (a plain bind refused)?"""
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", int(os.environ["MASTER_PORT"])))
+        except OSError:
+            return True
+    return False

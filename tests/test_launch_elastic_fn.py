@@ -17,6 +17,7 @@ import pytest
 
 import elastic_fns
 import idist
+import launch_fns
 from elastic_checks import attempts, finals, free_port, listening, reference, same_model, stalled
 from idist.launch import LaunchConfigError, LaunchError
 from launch_util import SCRIPTS, clean_env
@@ -56,6 +57,13 @@ def test_spawn_with_a_node_range_restarts_and_returns_the_same_model(tmp_path: P
     )
     same_model(results)
     assert attempts(tmp_path) == ["attempt0-world2-from0", "attempt1-world2-from4"]
+
+
+def test_the_ranks_store_port_is_held_from_the_rendezvous_until_rank_0_binds_it() -> None:
+    """torch's agent only finds a free port for the ranks' store; rank 0 binds it after importing torch,
+    seconds later, while any outgoing connection could take it ("Address already in use", seen in CI).
+    The agent holds it meanwhile, as a non-elastic launch holds its port."""
+    assert idist.spawn(launch_fns.master_port_held, nprocs=1, max_restarts=1) == [True]
 
 
 def test_a_restart_budget_that_runs_out_raises_launch_error_listing_every_cause(tmp_path: Path) -> None:

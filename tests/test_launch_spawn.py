@@ -45,6 +45,26 @@ def test_torch_mp_form_sets_the_launcher_variables_and_initialize_just_works(mon
     assert all(not alive(r["pid"]) for r in out)
 
 
+def _board_fds() -> list[str]:
+    """This process's descriptors on a stall-marks board."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if "idist-stall-marks" in os.readlink(f"/proc/self/fd/{fd}"):
+                found.append(fd)
+    return found
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver", "fork"])
+def test_ranks_share_stall_marks_so_a_node_mate_in_flight_is_seen(start_method: str) -> None:
+    """As under ``idist run``: a failing rank counts a node-mate whose mark shows it in the failed
+    call as arrived, however late it is to say so (a loaded machine), instead of naming it missing.
+    The launcher keeps no descriptor of the board once the ranks started."""
+    out = idist.spawn("gloo", launch_fns.sees_mate_in_flight, (), nproc_per_node=2, start_method=start_method)
+    assert out == [(True, False), (True, True)]
+    assert _board_fds() == []
+
+
 def test_ignite_form_initializes_around_fn_with_kwargs_dict() -> None:
     # every argument by keyword: backend= first picks ignite's form (its positional call is in test_launch_elastic_fn)
     out = idist.spawn(

@@ -1,9 +1,9 @@
 """Stall marks: the collective each rank is in, where its launcher can read it after the rank died.
 
 gloo ends a rank by SIGABRT when a peer sends more bytes than its tensor holds (an unchecked
-all_reduce of float32 against float64), and a dead process says nothing. ``idist run`` shares a
-small anonymous memory file with its ranks (``IDIST_STALL_MARKS`` names its descriptor and the
-rank's slot); at the start of every backend call a rank writes its call counter, its rank, the
+all_reduce of float32 against float64), and a dead process says nothing. ``idist run`` and
+``idist.spawn`` share a small anonymous memory file with their ranks (``IDIST_STALL_MARKS`` names
+its descriptor and the rank's slot); at the start of every backend call a rank writes its call counter, its rank, the
 call and the group into its slot (no system call), negates the counter when the call returns,
 and the launcher names the collective in its report only while the counter says it is in flight.
 A failing rank reads its node's slots too: a node-mate in flight at the failed call reached it,
@@ -16,7 +16,9 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from multiprocessing import reduction
+from typing import Any
 
 MARKS_VAR = "IDIST_STALL_MARKS"
 #: the memory file's name, checked by a rank before it writes (a descriptor number it inherited
@@ -48,9 +50,29 @@ class Board:
         name, where = (field.rstrip(b"\0").decode("ascii", "replace") for field in (call, group))
         return f"{name} #{seq} on group {where}"
 
+    def handed(self, slot: int) -> Handed:
+        """The rank in ``slot``'s share, for a rank that multiprocessing starts."""
+        return Handed(self.fd, slot)
+
     def close(self) -> None:
         self._map.close()
         os.close(self.fd)
+
+
+class Handed:
+    """A rank's slot of a board, in the arguments of a process that multiprocessing starts: pickled
+    while it starts one (spawn, forkserver), the descriptor goes along (``reduction.DupFd``); a
+    forked child inherits it. The launcher may close its own once the process started."""
+
+    def __init__(self, fd: int, slot: int) -> None:
+        self.fd, self.slot = fd, slot
+
+    def __reduce__(self) -> tuple[Callable[[Any, int], Handed], tuple[Any, int]]:
+        return _rebuilt, (reduction.DupFd(self.fd), self.slot)
+
+
+def _rebuilt(dup: Any, slot: int) -> Handed:
+    return Handed(dup.detach(), slot)
 
 
 def board(slots: int) -> Board | None:
@@ -118,6 +140,16 @@ def from_env(env: Mapping[str, str]) -> Marks | None:
         except (ValueError, OSError):
             _mine.append(None)  # a report the launcher cannot give is no reason to fail the rank
     return _mine[0]
+
+
+def received(handed: Handed | None) -> None:
+    """In a rank that multiprocessing started: its own slot (``None``: none), never one its
+    parent's variable or (forked) its parent's marks named."""
+    _mine.clear()
+    if handed is None:
+        os.environ.pop(MARKS_VAR, None)
+    else:
+        os.environ[MARKS_VAR] = f"{handed.fd}:{handed.slot}"
 
 
 def claimed(env: Mapping[str, str], rank: int) -> Marks | None:

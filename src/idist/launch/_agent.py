@@ -22,7 +22,8 @@ from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousPara
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 
 from .. import _netif
-from .._errors import PeerLostError
+from .._errors import LaunchError, PeerLostError
+from ._ports import PortReservation
 
 if TYPE_CHECKING:
     from ._elastic import ElasticPlan
@@ -87,6 +88,24 @@ class _Agent(LocalElasticAgent):
         self.exitcode = 1
         self.failed: tuple[int, int] | None = None
         self._healthy = False
+        self._held: PortReservation | None = None
+
+    def _rendezvous(self, worker_group: WorkerGroup) -> None:
+        """torch's round, then, on the node whose rank 0 serves the ranks' store, that port held until
+        the next round (``_ports``): torch only found it free, and rank 0 binds it seconds later,
+        after importing torch, while any outgoing connection on the machine could take it."""
+        self.release_port()
+        super()._rendezvous(worker_group)
+        if worker_group.group_rank == 0 and worker_group.master_port:
+            try:
+                self._held = PortReservation("0.0.0.0", worker_group.master_port)
+            except LaunchError:
+                pass  # taken already: rank 0 says so, naming the port
+
+    def release_port(self) -> None:
+        if self._held is not None:
+            self._held.close()
+            self._held = None
 
     def _said(self, failure: ProcessFailure) -> str:
         ctx = self._pcontext
@@ -207,6 +226,7 @@ def run_agent(
         _say(f"stopped by {exc.sigval.name}")
         return Outcome(128 + int(exc.sigval), agent.causes, {}, stopped_by=int(exc.sigval))
     finally:
+        agent.release_port()
         if shutdown:
             spec.rdzv_handler.shutdown()
     if not result.is_failed():

@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 
 import attrs
 
-from .. import _environ, _stack
+from .. import _environ, _marks, _stack
 from . import _deathsig, _sessions
 
 #: How often a rank checks that its parent is still alive (a backstop to PR_SET_PDEATHSIG).
@@ -41,6 +41,8 @@ class ChildSpec:
     #: ignite's form: initialize this backend around fn, finalize after
     backend: str | None = None
     init_kwargs: Mapping[str, object] = attrs.field(factory=dict)
+    #: this rank's slot of the launcher's stall marks (``_marks``), if it has a board
+    marks: _marks.Handed | None = None
 
 
 def _watch_parent(parent: int) -> None:
@@ -108,6 +110,7 @@ def child_main(spec: ChildSpec, conn: Connection) -> None:
     """The target of every spawned rank process."""
     _isolate(spec)
     _environ.apply(spec.env)
+    _marks.received(spec.marks)
     code = 0
     failed_at: list[float] = []
     try:

@@ -23,12 +23,12 @@ LOOPBACK = "127.0.0.1"
 class PortReservation:
     """A bound, not listening socket holding ``port`` for one launch; close to release."""
 
-    def __init__(self, addr: str = LOOPBACK) -> None:
+    def __init__(self, addr: str = LOOPBACK, port: int = 0) -> None:
         family = socket.AF_INET6 if ":" in addr else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((addr, 0))
+            sock.bind((addr, port))
         except OSError as e:
             sock.close()
             raise LaunchError(

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from .. import _marks
 from .._errors import LaunchError
 from .._rank_vars import INHERITED_RANK_VARS
 from . import _sessions
@@ -66,6 +67,8 @@ def start(
     # one may outlive that thread, and PR_SET_PDEATHSIG would follow the thread
     main_thread = threading.current_thread() is threading.main_thread()
     parent_pid = os.getpid() if start_method != "forkserver" and main_thread else -1
+    # the ranks' stall marks: a node-mate in flight at a failed call is never named missing
+    board = _marks.board(plan.nproc_per_node) if rank_env else None
     try:
         for local in range(plan.nproc_per_node):
             t = plan.topology(local)
@@ -93,6 +96,7 @@ def start(
                 parent_pid=parent_pid,
                 backend=backend,
                 init_kwargs=dict(init_kwargs or {}),
+                marks=None if board is None else board.handed(local),
             )
             reader, writer = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=child_main, args=(spec, writer), daemon=daemon, name=f"idist-rank-{rank}")
@@ -112,6 +116,9 @@ def start(
     except BaseException:
         handle._stop()
         raise
+    finally:
+        if board is not None:
+            board.close()  # each started rank holds its own descriptor
     return handle
 
 
