@@ -18,6 +18,7 @@ import torch
 
 import elastic_fns
 import idist
+from multiproc import free_port as free_port  # this worker's own range, below the ephemeral ports
 
 
 @functools.cache
@@ -54,12 +55,6 @@ def finals(out: Path, count: int) -> list[dict[str, torch.Tensor]]:
 def attempts(out: Path) -> list[str]:
     """The attempts the job made, in name order: ``attempt<R>-world<W>-from<STEP>``."""
     return sorted(p.name for p in out.glob("attempt*"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def listening(port: int, timeout: float = 60.0) -> None:
