@@ -3,12 +3,12 @@
 gloo ends a rank by SIGABRT when a peer sends more bytes than its tensor holds (an unchecked
 all_reduce of float32 against float64), and a dead process says nothing. ``idist run`` and
 ``idist.spawn`` share a small anonymous memory file with their ranks (``IDIST_STALL_MARKS`` names
-its descriptor and the rank's slot); at the start of every backend call a rank writes its call counter, its rank, the
-call and the group into its slot (no system call), negates the counter when the call returns,
-and the launcher names the collective in its report only while the counter says it is in flight.
-A failing rank reads its node's slots too: a node-mate in flight at the failed call reached it,
-however late it is to say so (``Marks.in_call``).
-Nothing is on disk: the memory goes with the last process that maps it, a killed launcher too.
+its descriptor and the rank's slot); at the start of every backend call a rank writes its call
+counter, its rank, the call and the group into its slot (no system call), negates the counter
+when the call returns, and the launcher names the collective in its report only while the
+counter says it is in flight. A failing rank reads its node's slots too: a node-mate in flight
+at the failed call reached it, however late it is to say so (``Marks.in_call``). Nothing is on
+disk: the memory goes with the last process that maps it, a killed launcher too.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class Board:
 
     def variable(self, slot: int) -> str:
         """``IDIST_STALL_MARKS`` for the rank in ``slot`` (start it with ``pass_fds=(board.fd,)``)."""
-        return f"{self.fd}:{slot}"
+        return self.handed(slot).variable()
 
     def read(self, slot: int) -> str | None:
         """The collective the rank in ``slot`` is in ("all_reduce #17 on group world"), or None when
@@ -66,6 +66,10 @@ class Handed:
 
     def __init__(self, fd: int, slot: int) -> None:
         self.fd, self.slot = fd, slot
+
+    def variable(self) -> str:
+        """``IDIST_STALL_MARKS`` naming this slot (``from_env`` reads it back)."""
+        return f"{self.fd}:{self.slot}"
 
     def __reduce__(self) -> tuple[Callable[[Any, int], Handed], tuple[Any, int]]:
         return _rebuilt, (reduction.DupFd(self.fd), self.slot)
@@ -149,7 +153,7 @@ def received(handed: Handed | None) -> None:
     if handed is None:
         os.environ.pop(MARKS_VAR, None)
     else:
-        os.environ[MARKS_VAR] = f"{handed.fd}:{handed.slot}"
+        os.environ[MARKS_VAR] = handed.variable()
 
 
 def claimed(env: Mapping[str, str], rank: int) -> Marks | None:
