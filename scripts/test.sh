@@ -18,6 +18,11 @@ for arg in "$@"; do
 done
 PY=.venv/bin/python
 export PYTHONHASHSEED=0
+# torch's store looks up the name of every peer it connects to or accepts (getnameinfo, for its
+# logs); for a loopback peer seen as ::ffff:127.0.0.1 that is a DNS query. A resolver that drops
+# queries past a burst (this machine's drops those past about 50 a second) stalls the connection
+# for glibc's timeout before its retry: 1 s instead of the default 5 (a second attempt stays).
+export RES_OPTIONS="${RES_OPTIONS:+$RES_OPTIONS }timeout:1"
 
 times=()
 stage_name=""
