@@ -11,6 +11,7 @@ import importlib.util
 import math
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -280,3 +281,20 @@ def test_a_failing_rank_is_named(world: XlaWorld) -> None:
     with pytest.raises(RankFailedError) as info:
         world.run(fails_on_rank_last)
     assert info.value.rank == world.world_size - 1
+
+
+def rank_and_size(ctx: idist.DistContext) -> tuple[int, int]:
+    return ctx.rank, ctx.world_size
+
+
+def test_the_xla_process_leaves_the_temporary_folder_as_it_found_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch before 2.10 makes a folder there at ``import torch.distributed.nn`` and removes it at
+    exit; the XLA process ends with ``os._exit``, so idist removes it first."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setenv("TMPDIR", str(folder))  # the XLA process is spawned: it reads TMPDIR
+    with XlaWorld(2, timeout=300) as world:
+        assert world.run(rank_and_size) == [(0, 2), (1, 2)]
+    assert list(folder.iterdir()) == []

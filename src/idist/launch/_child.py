@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection
 import attrs
 
 from .. import _environ, _marks, _stack
+from .._exit import flush_std, remove_torch_temp_files
 from . import _deathsig, _sessions
 
 #: How often a rank checks that its parent is still alive (a backstop to PR_SET_PDEATHSIG).
@@ -83,14 +84,6 @@ def _summary(exc: BaseException) -> str:
     return f"{type(exc).__qualname__}: {text}" if text else type(exc).__qualname__
 
 
-def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
-
-
 def _call(spec: ChildSpec, failed_at: list[float]) -> object:
     """``fn`` (inside an initialized context for ignite's form); ``failed_at`` gets the time
     fn raised, taken before finalizing breaks the peers (the first failure in time is blamed)."""
@@ -125,7 +118,9 @@ def child_main(spec: ChildSpec, conn: Connection) -> None:
     except BaseException as e:
         code = 1
         message = ("error", _summary(e), traceback.format_exc(), [*failed_at, time.time()][0], code)
-    _flush()
+    # a fork or forkserver child ends with os._exit when this returns, past torch's atexit
+    remove_torch_temp_files()
+    flush_std()
     try:
         conn.send(message)
     except Exception as e:  # the result did not pickle

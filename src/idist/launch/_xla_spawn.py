@@ -18,7 +18,7 @@ import attrs
 from .._backends.xla import _lib
 from .._context import DistContext
 from .._errors import LaunchConfigError, LaunchError
-from ._child import _flush
+from .._exit import exit_now
 from ._driven import Job, call_rank
 from ._reports import Reporter, ReportFolder, rank_failure
 
@@ -41,8 +41,7 @@ class _Replica:
         except BaseException:
             if not threaded:
                 raise  # one replica in this process: torch_xla.launch raises it to the launcher
-            _flush()
-            os._exit(1)  # the other device threads may be waiting for this one in a collective
+            exit_now(1)  # the other device threads may be waiting for this one in a collective
 
     def _check(self, ctx: DistContext) -> None:
         n = self.job.nproc

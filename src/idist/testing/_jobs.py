@@ -11,9 +11,7 @@ from __future__ import annotations
 import ctypes
 import io
 import math
-import os
 import pickle
-import sys
 import traceback
 from collections.abc import Callable
 from types import TracebackType
@@ -24,6 +22,7 @@ import torch
 from .. import _stack
 from .._context import DistContext
 from .._errors import IdistError, LaunchConfigError
+from .._exit import exit_now
 
 
 class RemoteError(IdistError, RuntimeError):
@@ -114,9 +113,7 @@ def serve_and_exit(ctx: DistContext, where: str, recv: Callable[[], bytes], send
         serve(ctx, where, recv, send)
     finally:
         _stack.finalize()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        exit_now(0)
 
 
 class BaseWorld:

@@ -16,7 +16,6 @@ import multiprocessing.connection as mpc
 import os
 import pickle
 import queue
-import sys
 import threading
 from collections.abc import Callable
 from multiprocessing.process import BaseProcess
@@ -28,6 +27,7 @@ from .. import _stack
 from .._backends.xla import XlaContext
 from .._context import DistContext
 from .._errors import LaunchEnvironmentError
+from .._exit import exit_now
 from ._errors import RankFailedError, WorldTimeoutError
 from ._jobs import BaseWorld, RemoteError, pack, serve
 from ._outcomes import Outcomes
@@ -96,9 +96,7 @@ def _host(world_size: int, conn: mpc.Connection, timeout: float) -> None:
     finally:
         for q in queues:
             q.put(None)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        exit_now(0)
 
 
 @final

@@ -19,6 +19,7 @@ from typing import Protocol
 
 import attrs
 
+from ..._exit import remove_torch_temp_files
 from ..._topology import Topology
 
 #: where torch's own collectives wait (DDP's gradient all_reduce runs inside backward)
@@ -71,5 +72,6 @@ class Stuck:
             f"{rank} waits in torch's own collective above, which cannot be interrupted; the group is "
             "lost: exiting with status 1\n"
         )
-        os.write(2, message.encode(errors="replace"))
+        os.write(2, message.encode(errors="replace"))  # no stream lock: the main thread may hold it
+        remove_torch_temp_files()
         os._exit(1)
