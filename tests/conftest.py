@@ -22,6 +22,7 @@ SLOW_MODULES = {
     "test_checkpoint_gloo.py",
     "test_collectives_gloo.py",
     "test_docs_types.py",
+    "test_elastic_rendezvous.py",
     "test_exit_broken.py",
     "test_failures.py",
     "test_ignite_compat.py",

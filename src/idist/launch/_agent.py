@@ -33,6 +33,9 @@ _FAILED = (WorkerState.FAILED, WorkerState.UNHEALTHY)
 #: only because it lost a peer (the cause is still exiting), before torch's agent stops them
 SETTLE = 5.0
 _SETTLE_POLL = 0.05
+#: seconds between an agent's heartbeats in the rendezvous, and how many it may miss (torch: 5 s, 3)
+KEEP_ALIVE = 1
+KEEP_ALIVE_MISSED = 10
 
 
 def _say(line: str) -> None:
@@ -175,6 +178,29 @@ class Outcome:
     stopped_by: int | None = None
 
 
+def rendezvous_params(p: ElasticPlan, last_call: float) -> RendezvousParameters:
+    """The c10d rendezvous every node's agent joins at ``p.endpoint``.
+
+    An agent that stops beating for ``KEEP_ALIVE * KEEP_ALIVE_MISSED`` seconds is dropped from the
+    round: its node is lost. Three beats (3 s) were too few: on a loaded machine a running agent
+    missed them, and a node that came to join then started a round of its own beside the job.
+    """
+    local_addr = _netif.route_to(p.endpoint.rpartition(":")[0].strip("[]")).address
+    return RendezvousParameters(
+        backend="c10d",
+        endpoint=p.endpoint,
+        run_id="idist",
+        min_nodes=p.min_nodes,
+        max_nodes=p.max_nodes,
+        join_timeout=p.join_timeout,
+        last_call_timeout=last_call,
+        close_timeout=10.0,
+        local_addr=local_addr,
+        keep_alive_interval=KEEP_ALIVE,
+        keep_alive_max_attempt=KEEP_ALIVE_MISSED,
+    )
+
+
 def run_agent(
     p: ElasticPlan,
     entrypoint: str | Callable[..., object],
@@ -191,20 +217,7 @@ def run_agent(
     the first round's host never publishes again (torch 2.13): it is turned off.
     """
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # the caller restores the environment
-    local_addr = _netif.route_to(p.endpoint.rpartition(":")[0].strip("[]")).address
-    params = RendezvousParameters(
-        backend="c10d",
-        endpoint=p.endpoint,
-        run_id="idist",
-        min_nodes=p.min_nodes,
-        max_nodes=p.max_nodes,
-        join_timeout=p.join_timeout,
-        last_call_timeout=last_call,
-        close_timeout=10.0,
-        local_addr=local_addr,
-        keep_alive_interval=1,  # a lost agent leaves the rendezvous after 3 s without a heartbeat (torch: 15 s)
-        keep_alive_max_attempt=3,
-    )
+    params = rendezvous_params(p, last_call)
     spec = WorkerSpec(
         role="idist",
         local_world_size=p.nproc_per_node,
